@@ -1,0 +1,67 @@
+"""Checks every registered plugin class against its protocol; plugin authors run it in their tests:
+
+    from hiera_contracts import check_plugins
+    from hiera_core.plugins import make_plugin_manager
+
+    def test_my_plugin_conforms():
+        check_plugins(make_plugin_manager(extra_plugins=["my_plugin"]))
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pluggy
+
+from hiera_core import protocols
+from hiera_core.plugins import KINDS, collect
+from hiera_core.records import DIRECTIONS
+
+PROTOCOL_OF = {
+    "workloads": protocols.Workload,
+    "spaces": protocols.ImplementationSpace,
+    "directions": protocols.Direction,
+    "backends": protocols.LLMBackend,
+    "architectures": protocols.Architecture,
+    "evaluators": protocols.Evaluator,
+    "executors": protocols.Executor,
+}
+
+
+def conformance_problems(pm: pluggy.PluginManager) -> list[str]:
+    """One line per problem: a missing member, a non-callable method, a bad class attribute."""
+    problems = []
+    for kind in KINDS:
+        protocol = PROTOCOL_OF[kind]
+        for name, cls in collect(pm, kind).classes.items():
+            where = f"{kind[:-1]} '{name}' ({cls.__module__}.{cls.__qualname__})"
+            for member in protocols_members(protocol):
+                if not hasattr(cls, member):
+                    problems.append(f"{where}: missing `{member}`")
+            if not hasattr(cls, "config_class") and kind not in ("spaces", "directions"):
+                problems.append(f"{where}: missing `config_class` (None when it takes no configuration)")
+            if kind == "directions" and name not in DIRECTIONS and len(name) != 1:
+                problems.append(f"{where}: a direction's name is one letter")
+            if kind == "evaluators" and not isinstance(getattr(cls, "order", None), int):
+                problems.append(f"{where}: `order` must be an int")
+    return problems
+
+
+def protocols_members(protocol: type) -> list[str]:
+    return sorted(
+        name
+        for name in getattr(protocol, "__protocol_attrs__", None) or _annotated_and_methods(protocol)
+        if not name.startswith("_")
+    )
+
+
+def _annotated_and_methods(protocol: type) -> set[str]:
+    names = set(getattr(protocol, "__annotations__", {}))
+    names |= {n for n, v in vars(protocol).items() if inspect.isfunction(v)}
+    return names
+
+
+def check_plugins(pm: pluggy.PluginManager) -> None:
+    """Raise AssertionError listing every conformance problem of the plugins `pm` has loaded."""
+    problems = conformance_problems(pm)
+    assert not problems, "plugin conformance problems:\n" + "\n".join(problems)

@@ -1,0 +1,229 @@
+"""The `hiera` command. `hiera --workload W` is shorthand for `hiera run --workload W`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+from rich.console import Console
+
+from hiera_core import __version__, hookimpl
+from hiera_core.config import PLUGIN_TABLES, SPACE_MODES, ConfigError, config_from_table, load_config
+from hiera_core.engine import Engine, create_run
+from hiera_core.logging import configure_logging
+from hiera_core.plugins import PluginError, UnknownName, describe_plugins, make_plugin_manager
+from hiera_core.records import Measured
+from hiera_core.report import write_report
+from hiera_core.session import Session
+from hiera_core.store import RunDirError, RunStore
+
+COMMANDS = ("run", "resume", "report", "plugins", "config")
+log = structlog.get_logger(__name__)
+
+
+class UsageError(Exception):
+    """Bad input on the command line: one line to the user, exit code 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hiera", description="Workload-aware planning for kernel optimization.")
+    parser.add_argument("--version", action="version", version=f"hiera {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = commands.add_parser("run", help="optimize one task (the default command)")
+    run.add_argument("--workload", help="workload name (see `hiera plugins`)")
+    run.add_argument("--task", help="task name within the workload (default: its first task)")
+    run.add_argument("--arch", help="host, cuda, ... or auto (default)")
+    run.add_argument("--rounds", type=int, help="R: planning rounds after the initial candidate")
+    run.add_argument("--population", type=int, help="K: candidates per round")
+    run.add_argument("--parents", type=int, help="best valid candidates kept as parents")
+    run.add_argument("--space", help=f"{' | '.join(SPACE_MODES)}")
+    run.add_argument("--no-planning", dest="planning", action="store_const", const=False, help="the paper's ablation")
+    run.add_argument("--backend", help="LLM backend (default: expert, no model)")
+    run.add_argument("--run-dir", help="run directory (default: runs/<id>)")
+    run.add_argument("--no-remeasure", dest="remeasure", action="store_const", const=False)
+    _common_options(run)
+
+    resume = commands.add_parser("resume", help="continue a killed run; nothing recorded is redone")
+    resume.add_argument("run_dir", type=Path)
+    _common_options(resume, config=False)
+
+    report = commands.add_parser("report", help="write and print a run's report")
+    report.add_argument("run_dir", type=Path)
+
+    plugins = commands.add_parser("plugins", help="list installed plugins and what they provide")
+    _common_options(plugins, config=False)
+
+    config = commands.add_parser("config", help="configuration")
+    config.add_argument("action", choices=["show"])
+    _common_options(config)
+    return parser
+
+
+def _common_options(parser: argparse.ArgumentParser, *, config: bool = True) -> None:
+    if config:
+        parser.add_argument("--config", type=Path, help="config file (default: ./hiera.toml or [tool.hiera] in ./pyproject.toml)")
+        parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                            help="set any config key, e.g. workload.stencil2d.host_n=512 (repeatable)")
+    parser.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
+                        help="also load this module as a plugin (repeatable)")
+    parser.add_argument("--log-level", default="warning", help="console log level (JSON logs get everything)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "run")
+    parser = _parser()
+    args = parser.parse_args(argv)
+    console = Console(highlight=False, soft_wrap=True)
+    try:
+        return {
+            "run": _run,
+            "resume": _resume,
+            "report": _report,
+            "plugins": _plugins,
+            "config": _config_show,
+        }[args.command](args, console)
+    except (UsageError, ConfigError, UnknownName, PluginError, RunDirError) as exc:
+        print(f"hiera: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hiera: interrupted; `hiera resume RUN_DIR` continues the run", file=sys.stderr)
+        return 130
+
+
+def _session(config, plugins: list[str]) -> Session:
+    pm = make_plugin_manager(extra_plugins=plugins)
+    return Session.create(config, pm)
+
+
+def _cli_run_keys(args: argparse.Namespace) -> dict[str, Any]:
+    keys = ("workload", "task", "arch", "rounds", "population", "parents", "space", "planning", "backend", "run_dir", "remeasure")
+    return {k: getattr(args, k) for k in keys}
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    config = load_config(Path.cwd(), cli=_cli_run_keys(args), overrides=args.overrides, config_file=args.config)
+    session = _session(config, args.plugins)
+    for notice in session.notices:
+        console.print(notice)
+    store = create_run(session, Path(args.run_dir) if args.run_dir else None)
+    return _optimize(session, store, console, args.log_level)
+
+
+def _resume(args: argparse.Namespace, console: Console) -> int:
+    store = RunStore.open(args.run_dir)
+    config = config_from_table(store.manifest.config, source=f"{args.run_dir}/manifest.json")
+    session = _session(config, args.plugins)
+    console.print(f"resuming {store.manifest.run_id}: {len(store.evaluated())} candidates already evaluated")
+    return _optimize(session, store, console, args.log_level)
+
+
+def _optimize(session: Session, store: RunStore, console: Console, log_level: str) -> int:
+    configure_logging(json_file=store.path / "hiera.log.jsonl", console=sys.stderr, level=log_level)
+    run = session.config.run
+    console.print(
+        f"hiera {session.workload.name}/{session.task.name} on {session.arch_name}: {run.rounds} rounds × {run.population}"
+        f" candidates, space {run.space}, backend {run.backend} → {store.path}"
+    )
+    progress = Progress(console, budget=run.rounds * run.population)
+    session.pm.register(progress, name="hiera-cli-progress")
+    try:
+        best = Engine(session, store).optimize()
+    finally:
+        session.pm.unregister(progress)
+    events = store.evaluated()
+    console.print(f"report: {store.path / 'report.md'}")
+    if best is None:
+        console.print("no valid candidate was found")
+        return 1
+    best_eval = events[best.id].evaluation
+    seed = next(iter(events.values()))
+    line = f"best {best_eval.latency_ms:.3f} ms, {best_eval.speedup_vs_reference:.2f}× the reference"
+    if isinstance(seed.evaluation, Measured):
+        line += f", {seed.evaluation.latency_ms / best_eval.latency_ms:.2f}× the initial candidate"
+    console.print(line)
+    return 0
+
+
+class Progress:
+    """Prints one line per plan and per evaluated candidate, with the best so far."""
+
+    def __init__(self, console: Console, budget: int):
+        self.console, self.budget, self.count, self.best_ms = console, budget, 0, None
+
+    @hookimpl
+    def hiera_plan_made(self, plan) -> None:
+        scores = " ".join(f"{d}={s:.2f}" for d, s in plan.decision.scores.items())
+        self.console.print(
+            f"[bold]round {plan.round}[/]: space {plan.decision.space}, direction {plan.decision.direction}"
+            f" ({scores}), strategy {plan.strategy.name}"
+        )
+
+    @hookimpl
+    def hiera_candidate_evaluated(self, candidate, evaluation) -> None:
+        if candidate.round > 0:
+            self.count += 1
+        if isinstance(evaluation, Measured):
+            status = f"[green]{evaluation.latency_ms:9.3f} ms[/]"
+            self.best_ms = evaluation.latency_ms if self.best_ms is None else min(self.best_ms, evaluation.latency_ms)
+        else:
+            reason = (getattr(evaluation, "reason", "") or "").splitlines()[:1]
+            status = f"[red]{type(evaluation).__name__}[/] {reason[0][:80] if reason else ''}"
+        where = "initial" if candidate.round == 0 else f"{self.count:>3}/{self.budget}"
+        best = f"{self.best_ms:.3f} ms" if self.best_ms is not None else "-"
+        self.console.print(f"  {where} {candidate.id} {status}  best {best}  [dim]{candidate.origin}[/]")
+
+
+def _report(args: argparse.Namespace, console: Console) -> int:
+    store = RunStore.open(args.run_dir)
+    path = write_report(store)
+    console.print(path.read_text(), markup=False)
+    return 0
+
+
+def _plugins(args: argparse.Namespace, console: Console) -> int:
+    pm = make_plugin_manager(extra_plugins=args.plugins)
+    for info in describe_plugins(pm):
+        origin = f"{info.distribution} {info.version}" if info.distribution else "registered directly"
+        console.print(f"[bold]{info.name}[/]  ({origin}{'; entry point ' + info.entry_point if info.entry_point else ''})")
+        for kind, names in info.provides.items():
+            console.print(f"    {kind}: {', '.join(names)}")
+        console.print(f"    hooks: {', '.join(info.hooks)}")
+    return 0
+
+
+def _config_show(args: argparse.Namespace, console: Console) -> int:
+    config = load_config(Path.cwd(), overrides=args.overrides, config_file=args.config)
+    session = _session(config, args.plugins)
+    console.print(f"# in force (source: {config.source}; CLI > environment > file > defaults)", markup=False)
+    console.print(_toml(session.resolved_config()), markup=False)
+    return 0
+
+
+def _toml(table: dict[str, Any]) -> str:
+    lines: list[str] = []
+
+    def emit(prefix: str, node: dict[str, Any]) -> None:
+        scalars = {k: v for k, v in node.items() if not isinstance(v, dict)}
+        if scalars or not node:
+            lines.append(f"[{prefix}]")
+            lines.extend(f"{k} = {json.dumps(v)}" for k, v in scalars.items())
+            lines.append("")
+        for key, value in node.items():
+            if isinstance(value, dict):
+                emit(f"{prefix}.{key}", value)
+
+    for key in ("run", *PLUGIN_TABLES):
+        if key in table:
+            emit(key, table[key])
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

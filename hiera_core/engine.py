@@ -1,0 +1,288 @@
+"""Algorithm 1 of the paper: the initial candidate, then rounds of plan, generate and evaluate.
+
+Everything the engine decides or measures is appended to the trajectory before it is used, so a run
+killed at any point resumes by replaying the trajectory: a recorded plan, generated batch or
+evaluation is read back, never redone.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import structlog
+
+from hiera_core import agents, records
+from hiera_core.protocols import EvalJob, StagePassed
+from hiera_core.records import Candidate, Evaluation, Measured
+from hiera_core.report import write_report
+from hiera_core.serialization import evaluation_to_json
+from hiera_core.session import Session
+from hiera_core.store import RunStore, new_run_id, write_text_atomic
+
+log = structlog.get_logger(__name__)
+
+
+def create_run(session: Session, run_dir: Path | None = None) -> RunStore:
+    """Make a new run directory with its manifest."""
+    run_id = new_run_id()
+    path = run_dir or Path(session.config.run.run_dir or Path("runs") / run_id)
+    manifest = records.RunManifest(
+        run_id=run_id,
+        created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        config=session.resolved_config(),
+        versions=_versions(session),
+        hardware=session.arch.hardware(),
+        task=session.task,
+    )
+    return RunStore.create(path, manifest)
+
+
+def _versions(session: Session) -> dict[str, str]:
+    versions = {"python": platform.python_version(), "platform": sys.platform}
+    for _, dist in session.pm.list_plugin_distinfo():
+        versions[dist.project_name] = dist.version
+    try:
+        versions.setdefault("hiera", metadata.version("hiera"))
+    except metadata.PackageNotFoundError:
+        pass
+    return versions
+
+
+class Engine:
+    """Runs (or resumes) one optimization of one task, writing everything to a RunStore."""
+
+    def __init__(self, session: Session, store: RunStore):
+        self.session = session
+        self.store = store
+        self.run = session.config.run
+        self.contract = session.workload.contract(session.task, session.arch_name)
+        self.toolchain = session.arch.toolchain()
+        self.history: list[tuple[Candidate, Evaluation]] = []
+        self.recorded = store.evaluated()
+        self.roofline: records.Roofline | None = None
+        self.wall_s: dict[str, float] = {}
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def optimize(self) -> Candidate | None:
+        session, hook = self.session, self.session.pm.hook
+        structlog.contextvars.bind_contextvars(run_id=self.store.manifest.run_id, task=session.task.name)
+        self.roofline = self._roofline()
+        hook.hiera_run_started(session=session, manifest=self.store.manifest, run_dir=self.store.path)
+
+        self._evaluate_round(0, self._generated(0, self._seed_batch))
+        for round_ in range(1, self.run.rounds + 1):
+            structlog.contextvars.bind_contextvars(round=round_)
+            ctx = self._context(round_)
+            plan = self._plan(ctx) if self.run.planning else None
+            batch = self._generated(round_, lambda: self._generate(ctx, plan))
+            self._evaluate_round(round_, batch)
+
+        best = self.best()
+        if not any(isinstance(e, records.RunFinished) for e in self.store.events):
+            remeasured = self._remeasure(best) if best is not None and self.run.remeasure else None
+            self.store.append(records.RunFinished(best_candidate_id=best.id if best else None, remeasured=remeasured))
+        write_report(self.store)
+        hook.hiera_run_finished(session=session, run_dir=self.store.path, best=best)
+        structlog.contextvars.unbind_contextvars("run_id", "task", "round")
+        return best
+
+    def _roofline(self) -> records.Roofline:
+        for event in self.store.events:
+            if isinstance(event, records.RunStarted):
+                return event.roofline
+        bytes_moved, flops = self.session.workload.work(self.session.task, self.session.arch_name)
+        peak_gbps, peak_gflops = self.session.arch.peaks()
+        roofline = records.Roofline(bytes_moved=bytes_moved, flops=flops, peak_gbps=peak_gbps, peak_gflops=peak_gflops)
+        self.store.append(records.RunStarted(run_id=self.store.manifest.run_id, roofline=roofline))
+        return roofline
+
+    def best(self, n: int = 1) -> Candidate | None:
+        ranked = self.parents(n)
+        return ranked[0] if ranked else None
+
+    def parents(self, n: int) -> list[Candidate]:
+        """The n fastest valid candidates so far; invalid candidates never compete (Eq. 2)."""
+        measured = [(e.latency_ms, i, c) for i, (c, e) in enumerate(self.history) if isinstance(e, Measured)]
+        return [c for _, _, c in sorted(measured)[:n]]
+
+    def _evaluation_of(self, candidate: Candidate | None) -> Evaluation | None:
+        for c, e in self.history:
+            if candidate is not None and c.id == candidate.id:
+                return e
+        return None
+
+    # --- planning and generation -------------------------------------------------------------
+
+    def _context(self, round_: int) -> agents.PlanningContext:
+        parents = self.parents(self.run.parents)
+        parent = parents[0] if parents else None
+        return agents.PlanningContext(
+            round=round_,
+            task=self.session.task,
+            arch=self.session.arch_name,
+            interface=self.contract.interface,
+            source_filename=self.contract.source_filename,
+            parent=parent,
+            parent_evaluation=self._evaluation_of(parent),
+            parents=parents,
+            history=list(self.history),
+            allowed_spaces=self.session.allowed_spaces(),
+            planning=self.run.planning,
+        )
+
+    def _plan(self, ctx: agents.PlanningContext) -> records.Plan | None:
+        for event in self.store.events:
+            if isinstance(event, records.PlanMade) and event.plan.round == ctx.round:
+                return event.plan
+        if any(isinstance(e, records.CandidatesGenerated) and e.round == ctx.round for e in self.store.events):
+            return None  # planning failed in the killed run; its note is in the generated batch
+        try:
+            decision = agents.select_space(self.session, ctx)
+            strategy = agents.plan_strategy(self.session, ctx, decision)
+        except agents.AgentError as exc:
+            log.error("planning_failed", error=str(exc))
+            self.store.append(records.CandidatesGenerated(round=ctx.round, candidates=[], notes=[str(exc)]))
+            return None
+        plan = records.Plan(round=ctx.round, decision=decision, strategy=strategy, parent_id=ctx.parent.id if ctx.parent else None)
+        self.store.append(records.PlanMade(plan=plan))
+        self.session.pm.hook.hiera_plan_made(session=self.session, plan=plan)
+        return plan
+
+    def _generated(self, round_: int, generate) -> records.CandidatesGenerated:
+        for event in self.store.events:
+            if isinstance(event, records.CandidatesGenerated) and event.round == round_:
+                return event
+        batch = generate()
+        self.store.append(batch)
+        return batch
+
+    def _seed_batch(self) -> records.CandidatesGenerated:
+        source, params, origin = self.session.workload.seed(self.session.task, self.session.arch_name)
+        seed = self._candidate(
+            agents.GeneratedSource(source=source, params=dict(params), origin=origin),
+            round_=0,
+            space=self.session.allowed_spaces()[0],
+        )
+        return records.CandidatesGenerated(round=0, candidates=[seed])
+
+    def _generate(self, ctx: agents.PlanningContext, plan: records.Plan | None) -> records.CandidatesGenerated:
+        if self.run.planning and plan is None:
+            return records.CandidatesGenerated(round=ctx.round, candidates=[], notes=["no plan for this round"])
+        strategy = plan.strategy if plan else None
+        try:
+            sources = agents.generate_candidates(self.session, ctx, strategy, self.run.population)
+        except agents.AgentError as exc:
+            log.error("generation_failed", error=str(exc))
+            return records.CandidatesGenerated(round=ctx.round, candidates=[], notes=[str(exc)])
+        space = strategy.space if strategy else ctx.allowed_spaces[-1]
+        seen = {c.id for c, _ in self.history}
+        candidates, notes = [], []
+        for generated in sources:
+            candidate = self._candidate(generated, round_=ctx.round, space=space, strategy=strategy)
+            if candidate.id in seen:
+                notes.append(f"duplicate of an earlier candidate {candidate.id} ({generated.origin}); dropped")
+                continue
+            seen.add(candidate.id)
+            candidates.append(candidate)
+        if len(candidates) < self.run.population:
+            notes.append(f"{len(candidates)} new candidates of {self.run.population} requested")
+        return records.CandidatesGenerated(round=ctx.round, candidates=candidates, notes=notes)
+
+    def _candidate(
+        self, generated: agents.GeneratedSource, *, round_: int, space: str, strategy: records.Strategy | None = None
+    ) -> Candidate:
+        return Candidate(
+            id=records.content_id(generated.source, self.contract.id, json.dumps(self.toolchain, sort_keys=True)),
+            source=generated.source,
+            space=space,
+            round=round_,
+            direction=strategy.direction if strategy else None,
+            strategy=strategy.name if strategy else ("unconstrained" if round_ else None),
+            parent_id=generated.parent_id,
+            origin=generated.origin,
+            params=generated.params,
+        )
+
+    # --- evaluation ------------------------------------------------------------------------
+
+    def _evaluate_round(self, round_: int, batch: records.CandidatesGenerated) -> None:
+        hook = self.session.pm.hook
+        pending = []
+        for candidate in batch.candidates:
+            if candidate.id in self.recorded:
+                evaluation = self.recorded[candidate.id].evaluation
+                self.history.append((candidate, evaluation))
+                hook.hiera_candidate_evaluated(session=self.session, candidate=candidate, evaluation=evaluation)
+            else:
+                pending.append(self._job(candidate))
+        for job, evaluation in self.session.executor.run(pending, self.evaluate):
+            self._record(job, evaluation)
+        best = self.best()
+        best_eval = self._evaluation_of(best)
+        latency = best_eval.latency_ms if isinstance(best_eval, Measured) else None
+        if not any(isinstance(e, records.RoundFinished) and e.round == round_ for e in self.store.events):
+            self.store.append(records.RoundFinished(round=round_, best_candidate_id=best.id if best else None, best_latency_ms=latency))
+        hook.hiera_round_finished(session=self.session, round=round_, best=best, best_latency_ms=latency)
+
+    def _job(self, candidate: Candidate, *, remeasure: bool = False) -> EvalJob:
+        workdir = self.store.candidate_dir(candidate.id)
+        if remeasure:  # built again and run in a fresh directory and process, on fresh inputs
+            workdir = workdir / "remeasure"
+        write_text_atomic(workdir / self.contract.source_filename, candidate.source)
+        workload = type(self.session.workload)
+        return EvalJob(
+            candidate=candidate,
+            task=self.session.task,
+            contract=self.contract,
+            arch=self.session.arch_name,
+            workdir=workdir,
+            workload_factory=f"{workload.__module__}:{workload.__qualname__}",
+            workload_config=self.store.manifest.config.get("workload", {}).get(self.session.workload.name, {}),
+            toolchain=self.toolchain,
+            roofline=self.roofline,
+            remeasure=remeasure,
+        )
+
+    def evaluate(self, job: EvalJob) -> Evaluation:
+        """The evaluation pipeline for one candidate: space check, then the architecture's stages."""
+        started = time.perf_counter()
+        try:
+            return self._pipeline(job)
+        finally:
+            self.wall_s[job.candidate.id] = time.perf_counter() - started
+
+    def _pipeline(self, job: EvalJob) -> Evaluation:
+        reason = self.session.space(job.candidate.space).check_source(job.candidate.source, job.arch)
+        if reason:
+            return records.StaticRejected(reason=f"{job.candidate.space}: {reason}")
+        for evaluator in self.session.evaluators:
+            try:
+                result = evaluator.evaluate(job)
+            except Exception as exc:  # an evaluator bug costs this candidate, not the run
+                log.exception("evaluator_failed", evaluator=evaluator.name, candidate=job.candidate.id)
+                return records.Crashed(reason=f"evaluator {evaluator.name} failed: {exc!r}")
+            if isinstance(result, StagePassed):
+                job = result.job
+                continue
+            return result
+        raise RuntimeError(f"the last evaluator of '{job.arch}' returned no final evaluation")
+
+    def _record(self, job: EvalJob, evaluation: Evaluation) -> None:
+        candidate = job.candidate
+        write_text_atomic(job.workdir / "evaluation.json", evaluation_to_json(evaluation))
+        event = records.CandidateEvaluated(candidate=candidate, evaluation=evaluation, wall_s=self.wall_s.pop(candidate.id, 0.0))
+        self.store.append(event)
+        self.recorded[candidate.id] = event
+        self.history.append((candidate, evaluation))
+        log.info("candidate_evaluated", candidate=candidate.id, outcome=type(evaluation).__name__)
+        self.session.pm.hook.hiera_candidate_evaluated(session=self.session, candidate=candidate, evaluation=evaluation)
+
+    def _remeasure(self, best: Candidate) -> Evaluation:
+        [(_, evaluation)] = list(self.session.executor.run([self._job(best, remeasure=True)], self.evaluate))
+        return evaluation

@@ -1,0 +1,103 @@
+"""Every extension point of hiera, one hook each. The docstring of a hook is its contract.
+
+Registration hooks (`hiera_register_<kind>`) are called once, when the session collects its
+registries, before any configuration is structured; each returns a list of classes whose `name`
+ClassVar is their identity. Observer hooks (`hiera_<noun>_<past tense>`) are called by the engine as
+things happen; their return values are ignored and an exception in one stops the run, so keep them
+cheap and robust. A plugin implements them with `from hiera_core import hookimpl`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from hiera_core.protocols import (
+        Architecture,
+        Direction,
+        Evaluator,
+        Executor,
+        ImplementationSpace,
+        LLMBackend,
+        Workload,
+    )
+    from hiera_core.records import Candidate, Evaluation, Plan, RunManifest
+    from hiera_core.session import Session
+
+PROJECT = "hiera"
+hookspec = pluggy.HookspecMarker(PROJECT)
+
+
+@hookspec(historic=True)
+def hiera_addhooks(pluginmanager: pluggy.PluginManager) -> None:
+    """Add hook specifications of a plugin's own with `pluginmanager.add_hookspecs(module)`.
+
+    Called once per plugin, when it is registered (historic: late plugins receive it too), before
+    the manager checks that every implemented hook has a specification.
+    """
+
+
+@hookspec
+def hiera_register_workloads() -> list[type[Workload]]:
+    """Return the Workload classes this plugin provides (see `protocols.Workload`)."""
+
+
+@hookspec
+def hiera_register_spaces() -> list[type[ImplementationSpace]]:
+    """Return the ImplementationSpace classes this plugin provides; ranks must be distinct."""
+
+
+@hookspec
+def hiera_register_directions() -> list[type[Direction]]:
+    """Return the Direction classes this plugin provides; a direction's `name` is its letter."""
+
+
+@hookspec
+def hiera_register_backends() -> list[type[LLMBackend]]:
+    """Return the LLM backend classes this plugin provides (selected with `--backend NAME`)."""
+
+
+@hookspec
+def hiera_register_architectures() -> list[type[Architecture]]:
+    """Return the Architecture classes this plugin provides (selected with `--arch NAME`)."""
+
+
+@hookspec
+def hiera_register_evaluators() -> list[type[Evaluator]]:
+    """Return evaluator stage classes; each serves one architecture (its `arch` ClassVar)."""
+
+
+@hookspec
+def hiera_register_executors() -> list[type[Executor]]:
+    """Return executor classes (selected with the `executor` key of `[run]`)."""
+
+
+@hookspec
+def hiera_run_started(session: Session, manifest: RunManifest, run_dir: Path) -> None:
+    """Called once a run directory is ready, before the initial candidate is evaluated (and again
+    when a run is resumed)."""
+
+
+@hookspec
+def hiera_plan_made(session: Session, plan: Plan) -> None:
+    """Called when a round's space, direction scores and strategy are known and on disk (not for
+    plans read back on resume, nor in `--no-planning` runs, which make none)."""
+
+
+@hookspec
+def hiera_candidate_evaluated(session: Session, candidate: Candidate, evaluation: Evaluation) -> None:
+    """Called after each candidate's evaluation is on disk (also for records replayed on resume)."""
+
+
+@hookspec
+def hiera_round_finished(session: Session, round: int, best: Candidate | None, best_latency_ms: float | None) -> None:
+    """Called at the end of every round (round 0 is the initial candidate) with the best so far."""
+
+
+@hookspec
+def hiera_run_finished(session: Session, run_dir: Path, best: Candidate | None) -> None:
+    """Called once per run (or resume), after the winner was re-measured and `report.md` written;
+    `best` is None when no candidate was valid."""

@@ -1,0 +1,147 @@
+"""The plugin manager factory and the typed registries collected from it."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import pluggy
+
+from hiera_core import hookspecs
+
+ENTRY_POINT_GROUP = "hiera"
+"""The entry-point group every plugin, built-in or third-party, registers in."""
+
+KINDS = ("workloads", "spaces", "directions", "backends", "architectures", "evaluators", "executors")
+"""What a plugin can register, by the suffix of its `hiera_register_<kind>` hook."""
+
+
+class PluginError(Exception):
+    """A plugin could not be loaded, or two plugins register the same name."""
+
+
+class UnknownName(LookupError):
+    """A name (workload, arch, space, ...) that no installed plugin provides."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str]):
+        self.kind, self.name, self.known = kind, name, sorted(known)
+        choices = ", ".join(self.known) or "none installed"
+        super().__init__(f"unknown {kind} '{name}' (choose from: {choices})")
+
+
+def make_plugin_manager(
+    *, autoload: bool = True, blocked: Iterable[str] = (), extra_plugins: Iterable[Any] = ()
+) -> pluggy.PluginManager:
+    """Build a fresh plugin manager: core specs, entry points of group `hiera`, extra plugins.
+
+    `blocked` names entry points (or module names) never to load; `HIERA_DISABLE_PLUGINS`
+    (comma-separated) adds to it. `extra_plugins` are modules or objects registered directly
+    (tests, `--plugin module`). A hook implemented without a specification fails here.
+    """
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    blocked = set(blocked) | {n.strip() for n in os.environ.get("HIERA_DISABLE_PLUGINS", "").split(",") if n.strip()}
+    for name in blocked:
+        pm.set_blocked(name)
+    pm.hook.hiera_addhooks.call_historic(kwargs={"pluginmanager": pm})
+    if autoload:
+        try:
+            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        except Exception as exc:  # a broken third-party plugin must say which one it is
+            raise PluginError(f"could not load a plugin of entry-point group '{ENTRY_POINT_GROUP}': {exc!r}") from exc
+    for plugin in extra_plugins:
+        if isinstance(plugin, str):
+            try:
+                plugin = importlib.import_module(plugin)
+            except ImportError as exc:
+                raise PluginError(f"cannot import plugin module '{plugin}': {exc}") from exc
+        if not pm.is_registered(plugin):
+            pm.register(plugin)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(str(exc)) from exc
+    return pm
+
+
+@attrs.frozen(kw_only=True)
+class Registry:
+    """Registered classes of one kind, by name."""
+
+    kind: str
+    classes: dict[str, type]
+
+    def get(self, name: str) -> type:
+        try:
+            return self.classes[name]
+        except KeyError:
+            raise UnknownName(self.kind.rstrip("s"), name, self.classes) from None
+
+    def names(self) -> list[str]:
+        return sorted(self.classes)
+
+
+def collect(pm: pluggy.PluginManager, kind: str) -> Registry:
+    """Call `hiera_register_<kind>` on every plugin; a name registered twice is an error naming both."""
+    hook = getattr(pm.hook, f"hiera_register_{kind}")
+    classes: dict[str, type] = {}
+    for result in hook():
+        for cls in result or ():
+            name = getattr(cls, "name", None)
+            if not isinstance(name, str) or not name:
+                raise PluginError(f"{cls.__module__}.{cls.__qualname__} registered as {kind} has no `name`")
+            if name in classes and classes[name] is not cls:
+                other = classes[name]
+                raise PluginError(
+                    f"{kind.rstrip('s')} '{name}' is registered twice: by {other.__module__}.{other.__qualname__}"
+                    f" and by {cls.__module__}.{cls.__qualname__}"
+                )
+            classes[name] = cls
+    return Registry(kind=kind, classes=classes)
+
+
+@attrs.frozen(kw_only=True)
+class PluginInfo:
+    """One loaded plugin, as `hiera plugins` shows it."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    entry_point: str | None
+    hooks: list[str]
+    provides: dict[str, list[str]]
+
+
+def describe_plugins(pm: pluggy.PluginManager) -> list[PluginInfo]:
+    """Every registered plugin with its distribution, entry point, hooks and what it registers."""
+    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+    infos = []
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None or plugin is hookspecs:
+            continue
+        dist = dists.get(id(plugin))
+        entry_point = None
+        if dist is not None:
+            for ep in dist.entry_points:
+                if ep.group == ENTRY_POINT_GROUP and ep.name == name:
+                    entry_point = f"{ep.name} = {ep.value}"
+        hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or ())
+        provides = {}
+        for kind in KINDS:
+            impl = getattr(plugin, f"hiera_register_{kind}", None)
+            if impl is not None:
+                provides[kind] = [cls.name for cls in impl() or ()]
+        infos.append(
+            PluginInfo(
+                name=name,
+                distribution=dist.project_name if dist else None,
+                version=dist.version if dist else None,
+                entry_point=entry_point,
+                hooks=hooks,
+                provides=provides,
+            )
+        )
+    return sorted(infos, key=lambda info: info.name)

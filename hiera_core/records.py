@@ -1,0 +1,291 @@
+"""The records that cross process and plugin boundaries.
+
+Every record is frozen and keyword-only; units are in field names; outcomes are tagged unions,
+never sentinels. `hiera_core.serialization` is the one place that turns them into JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import attrs
+
+SCHEMA_VERSION = 1
+"""Bumped whenever a record on disk changes shape; every file hiera writes carries it."""
+
+DIRECTIONS = ("C", "P", "M", "R", "T")
+"""The paper's five optimization directions, in its order."""
+
+SPACES = ("pure_cuda", "cuda_libraries", "libraries_pytorch")
+"""The paper's nested implementation spaces, from most to least control."""
+
+
+def content_id(*parts: str) -> str:
+    """A short, stable hash of text parts; used for candidate and contract ids."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+@attrs.frozen(kw_only=True)
+class Task:
+    """One optimization problem of a workload (a stencil size, a KernelBench model, ...)."""
+
+    workload: str
+    """Name of the workload that owns the task."""
+    name: str
+    """Task name, unique within its workload."""
+    params: dict[str, Any] = attrs.field(factory=dict)
+    """The task's parameters (JSON values): sizes, radius, dtype, steps, ..."""
+    description: str = ""
+    """One paragraph for humans and prompts: what the kernel computes."""
+
+
+@attrs.frozen(kw_only=True)
+class Contract:
+    """The frozen part of a task for one architecture: everything but the candidate's source."""
+
+    source_filename: str
+    """The only file a candidate writes, e.g. `cuda_source.cu` or `host_source.c`."""
+    interface: str
+    """What the candidate source must define (signature and semantics), quoted in prompts."""
+    files: dict[str, str] = attrs.field(factory=dict)
+    """The frozen files by name (wrapper, binding, groundtruth, ...), written next to the source."""
+
+    @property
+    def id(self) -> str:
+        return content_id(self.source_filename, self.interface, *(f"{k}\n{v}" for k, v in sorted(self.files.items())))
+
+
+@attrs.frozen(kw_only=True)
+class Candidate:
+    """One implementation of a task: a source file plus where it came from."""
+
+    id: str
+    """`content_id(source, contract id, toolchain)`: an identical candidate is never evaluated twice."""
+    source: str
+    """The text of the contract's `source_filename`."""
+    space: str
+    """The implementation space the candidate was generated in (and is checked against)."""
+    round: int
+    """0 for the initial candidate, then 1..rounds."""
+    direction: str | None = None
+    """The optimization direction (C/P/M/R/T) of the strategy that produced it; None for the seed."""
+    strategy: str | None = None
+    """Name of the strategy that produced it."""
+    parent_id: str | None = None
+    """The parent candidate it was derived from."""
+    origin: str = ""
+    """Who wrote it: a template name with its parameters, or the backend and model."""
+    params: dict[str, Any] = attrs.field(factory=dict)
+    """Template parameters, when the candidate was rendered from a workload template."""
+
+
+@attrs.frozen(kw_only=True)
+class Profile:
+    """What the profiler learnt about one call of a candidate."""
+
+    source: str
+    """Which profiler produced it (`host-timer`, `ncu`, ...)."""
+    metrics: dict[str, float] = attrs.field(factory=dict)
+    """Raw metrics, unit in the name (`achieved_gbps`, `cpu_utilization_fraction`)."""
+    signals: dict[str, float] = attrs.field(factory=dict)
+    """Normalised signals in [0, 1] that direction rules read (`memory_floor_fraction`, ...)."""
+    findings: list[str] = attrs.field(factory=list)
+    """Short human-readable findings, most important first; prompts quote them."""
+    unavailable: str | None = None
+    """Why counters could not be read, when they could not; planning falls back to latency."""
+
+
+@attrs.frozen(kw_only=True)
+class StaticRejected:
+    """The source broke its implementation space's rules or a known evaluation hack; never compiled."""
+
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class CompileFailed:
+    """The compiler rejected the source; `log` is what the next round's prompt needs."""
+
+    log: str
+    compile_s: float
+
+
+@attrs.frozen(kw_only=True)
+class Incorrect:
+    """The candidate ran but its output differs from the reference (or it broke a check)."""
+
+    reason: str
+    max_abs_error: float | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Crashed:
+    """The candidate's process died (signal, abort, uncaught error)."""
+
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class TimedOut:
+    """The candidate's process exceeded its time limit and was killed."""
+
+    limit_s: float
+
+
+@attrs.frozen(kw_only=True)
+class Measured:
+    """The candidate is correct; its latency and profile were measured."""
+
+    latency_ms: float
+    """Median over `repeats` timed calls."""
+    latency_p10_ms: float
+    latency_p90_ms: float
+    repeats: int
+    reference_latency_ms: float
+    """The task's reference timed the same way in the same worker."""
+    max_abs_error: float
+    """Largest absolute difference from the FP64 reference over all checked inputs."""
+    checks: list[str] = attrs.field(factory=list)
+    """Which correctness checks passed (seeds, shapes, distributions)."""
+    compile_s: float = 0.0
+    profile: Profile | None = None
+    flags: list[str] = attrs.field(factory=list)
+    """Reasons this figure should not be celebrated (faster than the roofline floor, ...)."""
+
+    @property
+    def speedup_vs_reference(self) -> float:
+        return self.reference_latency_ms / self.latency_ms
+
+
+Evaluation = StaticRejected | CompileFailed | Incorrect | Crashed | TimedOut | Measured
+"""The outcome of evaluating one candidate; only `Measured` is valid."""
+
+
+@attrs.frozen(kw_only=True)
+class SpaceDecision:
+    """The Search-Space Decision Agent's answer (paper Eq. 3-4)."""
+
+    space: str
+    scores: dict[str, float]
+    """A score per direction (C/P/M/R/T), in [0, 1]."""
+    rationale: str = ""
+
+    @property
+    def direction(self) -> str:
+        """The argmax direction; ties go to the paper's order C, P, M, R, T."""
+        return max(self.scores, key=lambda d: (self.scores[d], -DIRECTIONS.index(d) if d in DIRECTIONS else 0))
+
+
+@attrs.frozen(kw_only=True)
+class Strategy:
+    """The Strategy Planning Agent's answer (paper Eq. 5): a plan typed by space and direction."""
+
+    space: str
+    direction: str
+    name: str
+    steps: list[str] = attrs.field(factory=list)
+    constraints: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    """One round's planning: the space, the direction scores and the strategy taken."""
+
+    round: int
+    decision: SpaceDecision
+    strategy: Strategy
+    parent_id: str | None
+
+
+@attrs.frozen(kw_only=True)
+class Roofline:
+    """Floors for one task on one machine: no correct candidate can beat them."""
+
+    bytes_moved: float
+    """Minimum bytes one call must read and write."""
+    flops: float
+    peak_gbps: float
+    """Measured memory bandwidth of the machine, GB/s."""
+    peak_gflops: float
+    """Measured arithmetic rate of the machine, GFLOP/s."""
+
+    @property
+    def memory_floor_ms(self) -> float:
+        return self.bytes_moved / (self.peak_gbps * 1e9) * 1e3
+
+    @property
+    def compute_floor_ms(self) -> float:
+        return self.flops / (self.peak_gflops * 1e9) * 1e3
+
+    @property
+    def floor_ms(self) -> float:
+        return max(self.memory_floor_ms, self.compute_floor_ms)
+
+
+@attrs.frozen(kw_only=True)
+class RunManifest:
+    """`manifest.json` of a run directory: enough to resume it and to say what was measured where."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    created_at: str
+    config: dict[str, Any]
+    """The resolved configuration in force (no secrets)."""
+    versions: dict[str, str]
+    """hiera, Python, and each plugin distribution with its version."""
+    hardware: dict[str, Any]
+    task: Task
+
+
+# --- trajectory events: one JSON line each, append-only -------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class RunStarted:
+    run_id: str
+    roofline: Roofline | None = None
+
+
+@attrs.frozen(kw_only=True)
+class PlanMade:
+    plan: Plan
+
+
+@attrs.frozen(kw_only=True)
+class CandidatesGenerated:
+    """The candidates of a round, recorded before any is evaluated, so a resumed run reuses them."""
+
+    round: int
+    candidates: list[Candidate]
+    notes: list[str] = attrs.field(factory=list)
+    """What went wrong while generating (an answer without code, a duplicate, ...)."""
+
+
+@attrs.frozen(kw_only=True)
+class CandidateEvaluated:
+    candidate: Candidate
+    evaluation: Evaluation
+    wall_s: float
+
+
+@attrs.frozen(kw_only=True)
+class RoundFinished:
+    round: int
+    best_candidate_id: str | None
+    best_latency_ms: float | None
+
+
+@attrs.frozen(kw_only=True)
+class RunFinished:
+    best_candidate_id: str | None
+    remeasured: Evaluation | None = None
+    """The winner measured again in a fresh process on fresh inputs."""
+
+
+Event = RunStarted | PlanMade | CandidatesGenerated | CandidateEvaluated | RoundFinished | RunFinished
+"""One line of `trajectory.jsonl`."""

@@ -1,0 +1,236 @@
+"""report.md and plots/best_latency.png of a run, computed from its trajectory alone."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+
+from hiera_core import records
+from hiera_core.records import Measured
+
+if TYPE_CHECKING:
+    from hiera_core.store import RunStore
+
+BUDGETS = (1, 6, 12, 18)
+"""The paper's candidate budgets; fast_p at B counts the first B evaluated candidates, seed first."""
+
+
+@attrs.frozen(kw_only=True)
+class FastP:
+    budget: int
+    evaluated: int
+    """How many candidates the trajectory had within this budget (fewer when the run was smaller)."""
+    fast_0: bool
+    fast_1: bool
+    fast_2: bool
+    best_speedup: float | None
+
+
+def fast_p(evaluated: list[records.CandidateEvaluated], budgets: tuple[int, ...] = BUDGETS) -> list[FastP]:
+    """fast_0 (a valid candidate), fast_1 (valid and faster than the reference), fast_2 (> 2x), per budget."""
+    rows = []
+    for budget in budgets:
+        speedups = [e.evaluation.speedup_vs_reference for e in evaluated[:budget] if isinstance(e.evaluation, Measured)]
+        best = max(speedups, default=None)
+        rows.append(
+            FastP(
+                budget=budget,
+                evaluated=min(budget, len(evaluated)),
+                fast_0=bool(speedups),
+                fast_1=best is not None and best > 1.0,
+                fast_2=best is not None and best > 2.0,
+                best_speedup=best,
+            )
+        )
+    return rows
+
+
+@attrs.frozen(kw_only=True)
+class RoundRow:
+    round: int
+    space: str
+    direction: str
+    strategy: str
+    valid: int
+    total: int
+    round_best_ms: float | None
+    best_so_far_ms: float | None
+    notes: list[str]
+
+
+def round_rows(events: list[records.Event]) -> list[RoundRow]:
+    plans = {e.plan.round: e.plan for e in events if isinstance(e, records.PlanMade)}
+    batches = {e.round: e for e in events if isinstance(e, records.CandidatesGenerated)}
+    evaluated = {e.candidate.id: e.evaluation for e in events if isinstance(e, records.CandidateEvaluated)}
+    rows, best = [], None
+    for round_ in sorted(batches):
+        batch = batches[round_]
+        latencies = [
+            evaluated[c.id].latency_ms for c in batch.candidates if isinstance(evaluated.get(c.id), Measured)
+        ]
+        round_best = min(latencies, default=None)
+        if round_best is not None:
+            best = round_best if best is None else min(best, round_best)
+        plan = plans.get(round_)
+        spaces = sorted({c.space for c in batch.candidates})
+        rows.append(
+            RoundRow(
+                round=round_,
+                space=plan.decision.space if plan else ", ".join(spaces) or "-",
+                direction=plan.decision.direction if plan else "-",
+                strategy=plan.strategy.name if plan else ("initial candidate" if round_ == 0 else "unconstrained"),
+                valid=len(latencies),
+                total=sum(1 for c in batch.candidates if c.id in evaluated),
+                round_best_ms=round_best,
+                best_so_far_ms=best,
+                notes=list(batch.notes),
+            )
+        )
+    return rows
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def write_report(store: RunStore) -> Path:
+    """Write report.md and the plot; return the report's path."""
+    events = store.events
+    manifest = store.manifest
+    evaluated = [e for e in events if isinstance(e, records.CandidateEvaluated)]
+    roofline = next((e.roofline for e in events if isinstance(e, records.RunStarted)), None)
+    finished = next((e for e in events if isinstance(e, records.RunFinished)), None)
+    measured = [e for e in evaluated if isinstance(e.evaluation, Measured)]
+    best = min(measured, key=lambda e: e.evaluation.latency_ms, default=None)
+    seed = evaluated[0] if evaluated and evaluated[0].candidate.round == 0 else None
+    run = manifest.config.get("run", {})
+    rows = round_rows(events)
+
+    lines = [
+        f"# hiera run {manifest.run_id}",
+        "",
+        f"- task: `{manifest.task.name}` ({manifest.task.workload}) — {manifest.task.description}",
+        f"- architecture: {run.get('arch')} — {manifest.hardware.get('model', '')}",
+        f"- planner: backend `{run.get('backend')}`, space `{run.get('space')}`, planning {'on' if run.get('planning') else 'off'},"
+        f" {run.get('rounds')} rounds × {run.get('population')} candidates",
+        f"- created {manifest.created_at}; hiera {manifest.versions.get('hiera', '?')}, Python {manifest.versions.get('python')}",
+        "",
+        "## Result",
+        "",
+    ]
+    if best is None:
+        lines.append("No valid candidate was found.")
+    else:
+        b = best.evaluation
+        lines.append(
+            f"- best: candidate `{best.candidate.id}` (round {best.candidate.round}, {best.candidate.origin or best.candidate.strategy})"
+            f" — **{b.latency_ms:.3f} ms** (p10 {b.latency_p10_ms:.3f}, p90 {b.latency_p90_ms:.3f}, {b.repeats} timed calls)"
+        )
+        lines.append(f"- reference: {b.reference_latency_ms:.3f} ms → speedup over the reference **{b.speedup_vs_reference:.2f}×**")
+        if seed is not None and isinstance(seed.evaluation, Measured):
+            lines.append(
+                f"- initial candidate: {seed.evaluation.latency_ms:.3f} ms → best is **{seed.evaluation.latency_ms / b.latency_ms:.2f}×**"
+                " faster than the initial candidate"
+            )
+        if roofline is not None:
+            lines.append(
+                f"- floors: memory {roofline.memory_floor_ms:.3f} ms ({roofline.bytes_moved / 1e6:.1f} MB at {roofline.peak_gbps:.1f} GB/s),"
+                f" compute {roofline.compute_floor_ms:.3f} ms ({roofline.flops / 1e6:.1f} MFLOP at {roofline.peak_gflops:.1f} GFLOP/s);"
+                f" the best runs at {roofline.floor_ms / b.latency_ms:.0%} of the floor"
+            )
+        if finished is not None and finished.remeasured is not None:
+            r = finished.remeasured
+            figure = f"{r.latency_ms:.3f} ms" if isinstance(r, Measured) else f"{type(r).__name__}: {getattr(r, 'reason', '')}"
+            lines.append(f"- re-measured in a fresh process on fresh inputs: {figure}")
+        for flag in b.flags:
+            lines.append(f"- ⚠ {flag}")
+
+    lines += [
+        "",
+        "## Rounds",
+        "",
+        "| round | space | direction | strategy | valid / evaluated | round best (ms) | best so far (ms) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row.round} | {row.space} | {row.direction} | {row.strategy} | {row.valid} / {row.total} |"
+            f" {_ms(row.round_best_ms)} | {_ms(row.best_so_far_ms)} |"
+        )
+    notes = [f"- round {row.round}: {note}" for row in rows for note in row.notes]
+    if notes:
+        lines += ["", *notes]
+
+    lines += [
+        "",
+        "## fast_p by budget",
+        "",
+        "B counts evaluated candidates in trajectory order, the initial candidate first; one task, so each cell is 0 or 1.",
+        "",
+        "| B | evaluated | fast_0 | fast_1 | fast_2 | best speedup |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in fast_p(evaluated):
+        speedup = "-" if row.best_speedup is None else f"{row.best_speedup:.2f}×"
+        lines.append(
+            f"| {row.budget} | {row.evaluated} | {int(row.fast_0)} | {int(row.fast_1)} | {int(row.fast_2)} | {speedup} |"
+        )
+
+    outcomes = Counter(type(e.evaluation).__name__ for e in evaluated)
+    lines += ["", "## Candidates", "", "Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())), ""]
+    lines += ["| id | round | space | dir | origin | outcome |", "|---|---|---|---|---|---|"]
+    for e in evaluated:
+        ev = e.evaluation
+        outcome = f"{ev.latency_ms:.3f} ms" if isinstance(ev, Measured) else f"{type(ev).__name__}: {_reason(ev)}"
+        lines.append(
+            f"| `{e.candidate.id}` | {e.candidate.round} | {e.candidate.space} | {e.candidate.direction or '-'} |"
+            f" {e.candidate.origin or '-'} | {outcome} |"
+        )
+    plot = _plot(store.path, rows, evaluated, roofline)
+    if plot is not None:
+        lines += ["", f"![best latency per round]({plot.relative_to(store.path)})"]
+    path = store.path / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _reason(evaluation: records.Evaluation) -> str:
+    text = getattr(evaluation, "reason", None) or getattr(evaluation, "log", None) or ""
+    if isinstance(evaluation, records.TimedOut):
+        text = f"killed after {evaluation.limit_s:.0f} s"
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first.replace("|", "\\|")[:120]
+
+
+def _plot(run_dir: Path, rows: list[RoundRow], evaluated: list[records.CandidateEvaluated], roofline) -> Path | None:
+    points = [(e.candidate.round, e.evaluation.latency_ms) for e in evaluated if isinstance(e.evaluation, Measured)]
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    ax.scatter(*zip(*points), s=14, color="0.6", label="valid candidates", zorder=2)
+    best = [(r.round, r.best_so_far_ms) for r in rows if r.best_so_far_ms is not None]
+    ax.plot(*zip(*best), marker="o", color="C0", label="best so far", zorder=3)
+    reference = [e.evaluation.reference_latency_ms for e in evaluated if isinstance(e.evaluation, Measured)]
+    ax.axhline(sorted(reference)[len(reference) // 2], color="C3", linestyle="--", label="reference")
+    if roofline is not None:
+        ax.axhline(roofline.floor_ms, color="C2", linestyle=":", label="roofline floor")
+    ax.set_yscale("log")
+    ax.set_xlabel("round")
+    ax.set_ylabel("latency (ms, log)")
+    ax.set_xticks(sorted({r.round for r in rows}))
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = run_dir / "plots" / "best_latency.png"
+    path.parent.mkdir(exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,66 @@
+"""The one cattrs converter: records to JSON and back, tagged unions as a `kind` field."""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any, TypeVar
+
+import cattrs
+from cattrs.strategies import configure_tagged_union
+
+from hiera_core import records
+
+T = TypeVar("T")
+
+
+class SchemaMismatch(ValueError):
+    """A file on disk was written by a hiera with another record schema."""
+
+
+def _tag(cls: type) -> str:
+    return "".join("_" + ch.lower() if ch.isupper() else ch for ch in cls.__name__).lstrip("_")
+
+
+@functools.cache
+def get_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    configure_tagged_union(records.Evaluation, converter, tag_name="kind", tag_generator=_tag)
+    optional = records.Evaluation | None
+    converter.register_structure_hook(
+        optional, lambda data, _: None if data is None else converter.structure(data, records.Evaluation)
+    )
+    converter.register_unstructure_hook(
+        optional, lambda value: None if value is None else converter.unstructure(value, records.Evaluation)
+    )
+    configure_tagged_union(records.Event, converter, tag_name="kind", tag_generator=_tag)
+    return converter
+
+
+def to_dict(record: Any, as_type: Any = None) -> Any:
+    return get_converter().unstructure(record, unstructure_as=as_type or type(record))
+
+
+def from_dict(data: Any, cls: type[T] | Any) -> T:
+    return get_converter().structure(data, cls)
+
+
+def event_to_line(event: records.Event) -> str:
+    data = {"schema_version": records.SCHEMA_VERSION, **to_dict(event, records.Event)}
+    return json.dumps(data, sort_keys=True)
+
+
+def event_from_line(line: str) -> records.Event:
+    data = json.loads(line)
+    version = data.pop("schema_version", None)
+    if version != records.SCHEMA_VERSION:
+        raise SchemaMismatch(f"record schema {version}, this hiera reads {records.SCHEMA_VERSION}")
+    return from_dict(data, records.Event)
+
+
+def evaluation_to_json(evaluation: records.Evaluation) -> str:
+    return json.dumps(to_dict(evaluation, records.Evaluation), sort_keys=True)
+
+
+def evaluation_from_json(text: str) -> records.Evaluation:
+    return from_dict(json.loads(text), records.Evaluation)

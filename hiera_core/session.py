@@ -1,0 +1,176 @@
+"""The Session: plugin manager, resolved configuration, registries and the selected plugins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pluggy
+import structlog
+
+from hiera_core.config import ConfigError, HieraConfig, structure, unstructure
+from hiera_core.plugins import KINDS, Registry, UnknownName, collect
+from hiera_core.protocols import (
+    Architecture,
+    Direction,
+    Evaluator,
+    Executor,
+    ImplementationSpace,
+    LLMBackend,
+    Workload,
+)
+from hiera_core.records import Task
+
+log = structlog.get_logger(__name__)
+
+TABLE_KIND = {
+    "workload": "workloads",
+    "arch": "architectures",
+    "backend": "backends",
+    "evaluator": "evaluators",
+    "executor": "executors",
+    "direction": "directions",
+    "space": "spaces",
+}
+"""Config table -> registry kind."""
+
+
+@attrs.define
+class Session:
+    """Everything a run needs, built once and passed explicitly; nothing global."""
+
+    pm: pluggy.PluginManager
+    config: HieraConfig
+    registries: dict[str, Registry]
+    plugin_configs: dict[str, dict[str, Any]]
+    """table -> plugin name -> structured config instance (or None), for every registered plugin."""
+    workload: Workload
+    task: Task
+    arch: Architecture
+    backend: LLMBackend
+    executor: Executor
+    evaluators: list[Evaluator]
+    directions: dict[str, Direction]
+    spaces: list[ImplementationSpace]
+    """Ordered by rank, most controlled first."""
+    notices: list[str] = attrs.field(factory=list)
+    """One-line messages for the user (e.g. the architecture chosen by `auto`)."""
+
+    @classmethod
+    def create(cls, config: HieraConfig, pm: pluggy.PluginManager) -> Session:
+        registries = {kind: collect(pm, kind) for kind in KINDS}
+        plugin_configs = _structure_plugin_tables(config, registries)
+        run = config.run
+        notices: list[str] = []
+
+        def build(table: str, name: str, *extra: Any) -> Any:
+            plugin_cls = registries[TABLE_KIND[table]].get(name)
+            return plugin_cls(plugin_configs[table][name], *extra)
+
+        workload = build("workload", run.workload)
+        arch_name = run.arch
+        if arch_name == "auto":
+            arch_name, notice = _auto_arch(registries["architectures"], plugin_configs["arch"])
+            if notice:
+                notices.append(notice)
+        arch = build("arch", arch_name)
+        reason = arch.unavailable_reason()
+        if reason:
+            raise ConfigError(f"architecture '{arch_name}' cannot run here: {reason}")
+        tasks = workload.tasks()
+        if not tasks:
+            raise ConfigError(f"workload '{run.workload}' offers no task with this configuration")
+        if run.task:
+            by_name = {t.name: t for t in tasks}
+            if run.task not in by_name:
+                raise UnknownName("task", run.task, by_name)
+            task = by_name[run.task]
+        else:
+            task = tasks[0]
+        evaluators = sorted(
+            (build("evaluator", name) for name, c in registries["evaluators"].classes.items() if c.arch == arch_name),
+            key=lambda e: e.order,
+        )
+        if not evaluators:
+            raise ConfigError(f"no evaluator serves architecture '{arch_name}'")
+        spaces = sorted((build("space", n) for n in registries["spaces"].names()), key=lambda s: s.rank)
+        session = cls(
+            pm=pm,
+            config=config,
+            registries=registries,
+            plugin_configs=plugin_configs,
+            workload=workload,
+            task=task,
+            arch=arch,
+            backend=None,  # type: ignore[arg-type]  # built below: a backend gets the session
+            executor=build("executor", run.executor),
+            evaluators=evaluators,
+            directions={n: build("direction", n) for n in registries["directions"].names()},
+            spaces=spaces,
+            notices=notices,
+        )
+        if run.space != "adaptive" and run.space not in {s.name for s in spaces}:
+            raise UnknownName("space", run.space, [s.name for s in spaces])
+        session.backend = build("backend", run.backend, session)
+        return session
+
+    @property
+    def arch_name(self) -> str:
+        return self.arch.name
+
+    def space(self, name: str) -> ImplementationSpace:
+        for space in self.spaces:
+            if space.name == name:
+                return space
+        raise UnknownName("space", name, [s.name for s in self.spaces])
+
+    def allowed_spaces(self) -> list[str]:
+        """The spaces planning may choose this run: all, or the one fixed by `--space`."""
+        if self.config.run.space == "adaptive":
+            return [s.name for s in self.spaces]
+        return [self.config.run.space]
+
+    def resolved_config(self) -> dict[str, Any]:
+        """The configuration in force, for `hiera config show` and the run manifest (no secrets)."""
+        out: dict[str, Any] = {"run": unstructure(self.config.run) | {"arch": self.arch_name}}
+        for table, configs in self.plugin_configs.items():
+            section = {name: unstructure(c) for name, c in sorted(configs.items()) if c is not None}
+            if section:
+                out[table] = section
+        return out
+
+
+def _structure_plugin_tables(config: HieraConfig, registries: dict[str, Registry]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    prefix = "" if config.source == "defaults" else f"{config.source}: "
+    for table, kind in TABLE_KIND.items():
+        registry = registries[kind]
+        raw = config.plugin_tables.get(table, {})
+        for name in raw:
+            if name not in registry.classes:
+                raise ConfigError(
+                    f"{prefix}[{table}.{name}]: no {table} named '{name}'"
+                    f" (known: {', '.join(registry.names()) or 'none'})"
+                )
+        out[table] = {}
+        for name, plugin_cls in registry.classes.items():
+            config_class = getattr(plugin_cls, "config_class", None)
+            if config_class is None:
+                if raw.get(name):
+                    raise ConfigError(f"{prefix}[{table}.{name}]: this plugin takes no configuration")
+                out[table][name] = None
+            else:
+                out[table][name] = structure(raw.get(name, {}), config_class, where=f"{prefix}[{table}.{name}]")
+    return out
+
+
+def _auto_arch(registry: Registry, configs: dict[str, Any]) -> tuple[str, str | None]:
+    if "cuda" in registry.classes:
+        reason = registry.get("cuda")(configs["cuda"]).unavailable_reason()
+        if reason is None:
+            return "cuda", None
+        return "host", f"no usable GPU ({reason}): running on the host architecture"
+    if not Path("/dev/nvidiactl").exists():
+        return "host", "no GPU on this machine: running on the host architecture"
+    return "host", "no GPU architecture plugin is installed: running on the host architecture"

@@ -1,0 +1,105 @@
+"""The run directory: manifest, append-only trajectory, candidate files, report and plots.
+
+    runs/<id>/manifest.json        RunManifest (config, versions, hardware, task)
+    runs/<id>/trajectory.jsonl     one Event per line, flushed and fsynced as written
+    runs/<id>/candidates/<id>/     the source, the evaluation record, build logs
+    runs/<id>/report.md, plots/    written at the end (and by `hiera report`)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+
+import structlog
+
+from hiera_core import records, serialization
+
+log = structlog.get_logger(__name__)
+
+MANIFEST = "manifest.json"
+TRAJECTORY = "trajectory.jsonl"
+
+
+class RunDirError(Exception):
+    """A run directory is missing, not a run, or already holds a different run."""
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+class RunStore:
+    """Reads and appends to one run directory."""
+
+    def __init__(self, path: Path, manifest: records.RunManifest, events: list[records.Event]):
+        self.path = path.resolve()
+        self.manifest = manifest
+        self.events = events
+
+    @classmethod
+    def create(cls, path: Path, manifest: records.RunManifest) -> RunStore:
+        if (path / MANIFEST).exists():
+            raise RunDirError(f"{path} already holds a run; use `hiera resume {path}` to continue it")
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "candidates").mkdir(exist_ok=True)
+        write_text_atomic(path / MANIFEST, json.dumps(serialization.to_dict(manifest), indent=2, sort_keys=True))
+        (path / TRAJECTORY).touch()
+        return cls(path, manifest, [])
+
+    @classmethod
+    def open(cls, path: Path) -> RunStore:
+        manifest_path = path / MANIFEST
+        if not manifest_path.is_file():
+            raise RunDirError(f"{path} is not a hiera run directory (no {MANIFEST})")
+        data = json.loads(manifest_path.read_text())
+        if data.get("schema_version") != records.SCHEMA_VERSION:
+            raise RunDirError(f"{manifest_path}: schema {data.get('schema_version')}, this hiera reads {records.SCHEMA_VERSION}")
+        manifest = serialization.from_dict(data, records.RunManifest)
+        events = []
+        lines = (path / TRAJECTORY).read_text().splitlines() if (path / TRAJECTORY).exists() else []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                events.append(serialization.event_from_line(line))
+            except (json.JSONDecodeError, ValueError) as exc:
+                if number == len(lines):  # the process was killed while writing this line
+                    log.warning("trajectory_tail_dropped", line=number, error=str(exc))
+                    _truncate_last_line(path / TRAJECTORY)
+                    break
+                raise RunDirError(f"{path / TRAJECTORY}:{number}: unreadable record: {exc}") from exc
+        return cls(path, manifest, events)
+
+    def append(self, event: records.Event) -> None:
+        with open(self.path / TRAJECTORY, "a") as f:
+            f.write(serialization.event_to_line(event) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.events.append(event)
+
+    def candidate_dir(self, candidate_id: str) -> Path:
+        path = self.path / "candidates" / candidate_id
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def evaluated(self) -> dict[str, records.CandidateEvaluated]:
+        """Evaluations already on disk, by candidate id."""
+        return {e.candidate.id: e for e in self.events if isinstance(e, records.CandidateEvaluated)}
+
+
+def _truncate_last_line(path: Path) -> None:
+    data = path.read_bytes()
+    keep = data[: data.rstrip(b"\n").rfind(b"\n") + 1]
+    path.write_bytes(keep)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a whole file so that a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

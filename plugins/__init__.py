@@ -1,0 +1,1 @@
+"""Built-in integration plugins: spaces, the expert backend, the host architecture, executors."""

@@ -1,0 +1,171 @@
+"""The `expert` backend: plays the three agents with rules instead of a model, with zero LLM calls.
+
+SSDA: each direction's own scoring rule reads the best candidate's profile; a direction with no
+untried move left scores 0, and one whose last round did not improve the best by `min_gain` is
+halved; the space is the most controlled allowed space that offers a move in the top direction.
+SPA: the first (most promising) strategy of that direction's catalogue for the space its template
+knobs belong to. OA: the workload's templates, moving the knobs that belong
+to the direction from the best parents' parameters, one knob at a time, then in pairs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from hiera_core import AgentAnswer, AgentRequest, Template, hookimpl
+from hiera_core.records import Candidate, Measured
+
+
+@attrs.frozen(kw_only=True)
+class ExpertConfig:
+    min_gain: float = 0.05
+    """A round that makes the best less than this much faster did not improve it (timing noise)."""
+
+
+class ExpertBackend:
+    name: ClassVar[str] = "expert"
+    config_class: ClassVar[type] = ExpertConfig
+
+    def __init__(self, config: ExpertConfig, session: Any) -> None:
+        self.config = config
+        self.session = session
+
+    def answer(self, request: AgentRequest) -> AgentAnswer:
+        handler = {"ssda": self.select_space, "spa": self.plan_strategy, "oa": self.generate_candidates}[request.role]
+        return AgentAnswer(text=json.dumps(handler(request.context)))
+
+    # --- the three roles ---------------------------------------------------------------------
+
+    def select_space(self, ctx: Mapping[str, Any]) -> dict[str, Any]:
+        profile = ctx["parent_evaluation"].profile if isinstance(ctx["parent_evaluation"], Measured) else None
+        widest = ctx["allowed_spaces"][-1]
+        stalled = self._stalled_direction(ctx)
+        scores, reasons = {}, []
+        for name, direction in self.session.directions.items():
+            score, reason = direction.score(profile)
+            if next(self._moves(ctx, name, widest, pairs=False), None) is None:
+                score, reason = 0.0, f"{name}: no untried move left in {widest}"
+            elif name == stalled:
+                score, reason = score / 2, f"{reason}; halved: last round's {name} did not improve the best"
+            scores[name] = round(score, 3)
+            reasons.append(reason)
+        top = max(scores, key=lambda d: (scores[d], -list(scores).index(d)))
+        space = next((s for s in ctx["allowed_spaces"] if next(self._moves(ctx, top, s, pairs=False), None) is not None), widest)
+        rationale = "; ".join(reasons) + f". Space {space}: the most controlled allowed space with a {top} move."
+        return {"space": space, "scores": scores, "rationale": rationale}
+
+    def plan_strategy(self, ctx: Mapping[str, Any]) -> dict[str, Any]:
+        decision = ctx["decision"]
+        # The catalogue entry of the space the direction's knobs live in: that is what the moves change.
+        rank = {s.name: s.rank for s in self.session.spaces}
+        knob_ranks = [
+            rank[knob.space]
+            for template in self.session.workload.templates(ctx["task"], ctx["arch"])
+            for knob in template.knobs.values()
+            if knob.direction == decision.direction and rank[knob.space] <= rank[decision.space]
+        ]
+        home = next((s.name for s in self.session.spaces if s.rank == min(knob_ranks)), decision.space) if knob_ranks else decision.space
+        strategy = self.session.directions[decision.direction].strategies(home)[0]
+        return {"name": strategy.name, "steps": list(strategy.steps), "constraints": list(strategy.constraints)}
+
+    def generate_candidates(self, ctx: Mapping[str, Any]) -> dict[str, Any]:
+        strategy = ctx["strategy"]
+        if strategy is None:  # --no-planning: every direction, round robin, in the widest space
+            space = ctx["allowed_spaces"][-1]
+            streams = [self._moves(ctx, d, space) for d in self.session.directions]
+            moves = _round_robin(streams)
+        else:
+            moves = self._moves(ctx, strategy.direction, strategy.space)
+        candidates = []
+        for template, params, parent in moves:
+            candidates.append(
+                {"source": template.render(params), "params": params, "origin": _origin(template, params), "parent_id": parent}
+            )
+            if len(candidates) == ctx["k"]:
+                break
+        return {"candidates": candidates}
+
+    # --- moves -------------------------------------------------------------------------------
+
+    def _moves(
+        self, ctx: Mapping[str, Any], direction: str, space: str, pairs: bool = True
+    ) -> Iterator[tuple[Template, dict, str | None]]:
+        """Untried parameter moves of `direction` admissible in `space`: its own knobs one at a time,
+        then (with `pairs`) one of its knobs together with any other admissible knob."""
+        templates = self.session.workload.templates(ctx["task"], ctx["arch"])
+        rank = {s.name: s.rank for s in self.session.spaces}
+        tried = {c.source for c, _ in ctx["history"]}
+        seen: set[str] = set()
+        parents: list[Candidate | None] = list(ctx["parents"]) or [None]
+        for paired in (False, True) if pairs else (False,):
+            for parent in parents:
+                for template in templates:
+                    base = _base_params(template, parent, rank, space)
+                    for params in _neighbours(template, base, direction, rank, space, paired):
+                        source = template.render(params)
+                        if source not in tried and source not in seen:
+                            seen.add(source)
+                            yield template, params, parent.id if parent else None
+
+    def _stalled_direction(self, ctx: Mapping[str, Any]) -> str | None:
+        """The direction of the last round, if that round found nothing faster than the best before it."""
+        history = ctx["history"]
+        last_round = max((c.round for c, _ in history), default=0)
+        if last_round == 0:
+            return None
+        before = [e.latency_ms for c, e in history if c.round < last_round and isinstance(e, Measured)]
+        last = [(c, e) for c, e in history if c.round == last_round]
+        bar = min(before) * (1 - self.config.min_gain) if before else float("inf")
+        improved = any(isinstance(e, Measured) and e.latency_ms < bar for _, e in last)
+        return None if improved else last[0][0].direction
+
+
+def _base_params(template: Template, parent: Candidate | None, rank: dict[str, int], space: str) -> dict[str, Any]:
+    """The parent's parameters if it came from this template, defaults otherwise; knobs the space
+    does not admit go back to their default."""
+    params = dict(parent.params) if parent is not None and parent.origin.split(" ")[0] == template.name else {}
+    return {
+        name: params[name] if name in params and rank[knob.space] <= rank[space] else knob.values[0]
+        for name, knob in template.knobs.items()
+    }
+
+
+def _neighbours(template, base, direction, rank, space, pairs) -> Iterator[dict[str, Any]]:
+    admissible = [n for n, k in template.knobs.items() if rank[k.space] <= rank[space]]
+    own = [n for n in admissible if template.knobs[n].direction == direction]
+    for name in own:
+        for value in template.knobs[name].values:
+            if value == base[name]:
+                continue
+            if not pairs:
+                yield {**base, name: value}
+                continue
+            for other in admissible:
+                if other == name:
+                    continue
+                for other_value in template.knobs[other].values:
+                    if other_value != base[other]:
+                        yield {**base, name: value, other: other_value}
+
+
+def _round_robin(streams: list[Iterator]) -> Iterator:
+    while streams:
+        for stream in list(streams):
+            item = next(stream, None)
+            if item is None:
+                streams.remove(stream)
+            else:
+                yield item
+
+
+def _origin(template: Template, params: Mapping[str, Any]) -> str:
+    return " ".join([template.name, *(f"{k}={v}" for k, v in params.items())])
+
+
+@hookimpl
+def hiera_register_backends():
+    return [ExpertBackend]

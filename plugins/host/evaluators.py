@@ -1,0 +1,204 @@
+"""The host evaluation stages: `host-compile` (C to a shared library) and `host-run` (check, time,
+profile in an isolated worker process)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, ClassVar
+
+import attrs
+
+from hiera_core import EvalJob, StagePassed
+from hiera_core.isolation import describe_exit, run_isolated
+from hiera_core.records import CompileFailed, Crashed, Evaluation, Incorrect, Measured, Profile, TimedOut
+from hiera_core.serialization import to_dict
+
+from hiera_plugins.host.architecture import cpu_cores
+
+_TIMING_LOCK = threading.Lock()
+"""One candidate is timed at a time on this machine, whatever the executor's concurrency."""
+
+
+@attrs.frozen(kw_only=True)
+class HostCompileConfig:
+    timeout_s: float = 60.0
+
+
+class HostCompile:
+    name: ClassVar[str] = "host-compile"
+    config_class: ClassVar[type] = HostCompileConfig
+    arch: ClassVar[str] = "host"
+    order: ClassVar[int] = 10
+
+    def __init__(self, config: HostCompileConfig) -> None:
+        self.config = config
+
+    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+        source = job.workdir / job.contract.source_filename
+        for name, text in job.contract.files.items():
+            (job.workdir / name).write_text(text)
+        library = job.workdir / "candidate.so"
+        command = [job.toolchain["cc"], *job.toolchain["cflags"], "-shared", "-fPIC", str(source), "-o", str(library)]
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(command, cwd=job.workdir, capture_output=True, text=True, timeout=self.config.timeout_s)
+        except subprocess.TimeoutExpired:
+            return CompileFailed(log=f"compiler timed out after {self.config.timeout_s:.0f} s", compile_s=self.config.timeout_s)
+        elapsed = time.perf_counter() - started
+        (job.workdir / "build.log").write_text(" ".join(command) + "\n" + done.stdout + done.stderr)
+        if done.returncode != 0:
+            return CompileFailed(log=(done.stderr or done.stdout).strip()[-4000:], compile_s=elapsed)
+        return StagePassed(job=attrs.evolve(job, artifacts={**job.artifacts, "library": str(library)}, compile_s=elapsed))
+
+
+@attrs.frozen(kw_only=True)
+class HostRunConfig:
+    timeout_s: float = 60.0
+    """A candidate's worker (all checks and timing) is killed after this long: recorded as timed out."""
+    min_repeats: int = 5
+    max_repeats: int = 50
+    min_time_s: float = 0.3
+    """Timed calls continue until both `min_repeats` and this much time are reached (or `max_repeats`)."""
+    reference_repeats: int = 3
+    max_speedup: float = 1000.0
+    """A speedup over the reference beyond this is flagged as suspicious, not celebrated."""
+
+
+class HostRun:
+    name: ClassVar[str] = "host-run"
+    config_class: ClassVar[type] = HostRunConfig
+    arch: ClassVar[str] = "host"
+    order: ClassVar[int] = 20
+
+    def __init__(self, config: HostRunConfig) -> None:
+        self.config = config
+
+    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+        request = {
+            "workload_factory": job.workload_factory,
+            "workload_config": job.workload_config,
+            "task": to_dict(job.task),
+            "library": job.artifacts["library"],
+            "remeasure": job.remeasure,
+            "timing": attrs.asdict(self.config),
+        }
+        with _TIMING_LOCK:
+            result = run_isolated(
+                [sys.executable, "-m", "hiera_plugins.host.worker"],
+                cwd=job.workdir / "scratch",
+                timeout_s=self.config.timeout_s,
+                stdin=json.dumps(request),
+            )
+        (job.workdir / "worker.log").write_text(result.stderr)
+        if result.timed_out:
+            return TimedOut(limit_s=self.config.timeout_s)
+        lines = result.stdout.strip().splitlines()
+        if result.returncode != 0 or not lines:
+            tail = result.stderr.strip().splitlines()[-3:]
+            return Crashed(reason=f"{describe_exit(result.returncode)}{': ' + ' | '.join(tail) if tail else ''}")
+        answer = json.loads(lines[-1])
+        if answer["kind"] == "incorrect":
+            return Incorrect(reason=answer["reason"], max_abs_error=answer.get("max_abs_error"))
+        if answer["kind"] == "crashed":
+            return Crashed(reason=answer["reason"])
+        return self._measured(job, answer)
+
+    def _measured(self, job: EvalJob, answer: dict[str, Any]) -> Measured:
+        latency = answer["latency_ms"]
+        reference = answer["reference_latency_ms"]
+        metrics = {k: float(v) for k, v in answer["metrics"].items()}
+        signals = {
+            "parallel_utilization": min(1.0, metrics["cpu_utilization_fraction"]),
+            "cache_resilience": min(1.0, metrics["cache_ns_per_point"] / metrics["task_ns_per_point"]),
+            "branch_free_fraction": branch_free_fraction(job.candidate.source),
+        }
+        flags = []
+        roofline = job.roofline
+        if roofline is not None:
+            signals["memory_floor_fraction"] = min(1.0, roofline.memory_floor_ms / latency)
+            signals["compute_floor_fraction"] = min(1.0, roofline.compute_floor_ms / latency)
+            flops_per_point = roofline.flops / metrics["task_points"]
+            cache_gflops = flops_per_point / metrics["cache_ns_per_point"]
+            cores_in_use = max(metrics["cache_cpu_utilization_fraction"], 1.0 / cpu_cores())
+            signals["in_cache_compute_fraction"] = min(1.0, cache_gflops / (roofline.peak_gflops * cores_in_use))
+            metrics["achieved_gbps"] = roofline.bytes_moved / (latency * 1e6)
+            metrics["achieved_gflops"] = roofline.flops / (latency * 1e6)
+            if latency < 0.9 * roofline.floor_ms:
+                flags.append(f"{latency:.3f} ms is below the roofline floor {roofline.floor_ms:.3f} ms: suspicious")
+        if reference / latency > self.config.max_speedup:
+            flags.append(f"speedup {reference / latency:.0f}x exceeds the plausibility bound {self.config.max_speedup:.0f}x")
+        findings = _findings(signals, metrics)
+        profile = Profile(source="host-timer", metrics=metrics, signals={k: round(v, 4) for k, v in signals.items()}, findings=findings)
+        return Measured(
+            latency_ms=latency,
+            latency_p10_ms=answer["latency_p10_ms"],
+            latency_p90_ms=answer["latency_p90_ms"],
+            repeats=answer["repeats"],
+            reference_latency_ms=reference,
+            max_abs_error=answer["max_abs_error"],
+            checks=answer["checks"],
+            compile_s=job.compile_s,
+            profile=profile,
+            flags=flags,
+        )
+
+
+def _findings(signals: dict[str, float], metrics: dict[str, float]) -> list[str]:
+    findings = []
+    if signals["parallel_utilization"] < 0.75:
+        findings.append(f"uses {signals['parallel_utilization']:.0%} of the machine's cores")
+    if signals["branch_free_fraction"] < 1.0:
+        findings.append("conditionals inside the innermost hot loops (static scan)")
+    if signals["cache_resilience"] < 0.7:
+        findings.append(f"per-point time grows {1 / signals['cache_resilience']:.1f}x from a cache-resident grid to the task grid")
+    if "in_cache_compute_fraction" in signals:
+        findings.append(f"in cache, reaches {signals['in_cache_compute_fraction']:.0%} of the FMA peak of the cores in use")
+    if "achieved_gbps" in metrics:
+        findings.append(f"achieves {metrics['achieved_gbps']:.1f} GB/s and {metrics['achieved_gflops']:.1f} GFLOP/s at the task size")
+    return findings
+
+
+def branch_free_fraction(source: str) -> float:
+    """Share of the innermost loops of the deepest loop nest that hold no conditional (static scan)."""
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", source, flags=re.S)
+    loops = []  # (start, end) of each for-loop statement, body included
+    for match in re.finditer(r"\bfor\s*\(", code):
+        header_end = _balanced_end(code, match.end() - 1, "(", ")")
+        loops.append((match.start(), header_end, _statement_end(code, header_end)))
+    if not loops:
+        return 1.0
+    depth = {loop: sum(1 for other in loops if other[0] < loop[0] < other[2]) for loop in loops}
+    innermost = [loop for loop in loops if not any(loop[0] < other[0] < loop[2] for other in loops)]
+    deepest = max(depth[loop] for loop in innermost)
+    hot = [loop for loop in innermost if depth[loop] == deepest]
+    branchy = sum(1 for start, header_end, end in hot if re.search(r"\bif\s*\(|\?", code[header_end:end]))
+    return 1.0 - branchy / len(hot)
+
+
+def _balanced_end(code: str, start: int, open_: str, close: str) -> int:
+    depth = 0
+    for i in range(start, len(code)):
+        depth += (code[i] == open_) - (code[i] == close)
+        if depth == 0:
+            return i + 1
+    return len(code)
+
+
+def _statement_end(code: str, start: int) -> int:
+    parens = 0
+    for i in range(start, len(code)):
+        ch = code[i]
+        if ch == "(":
+            parens += 1
+        elif ch == ")":
+            parens -= 1
+        elif parens == 0 and ch == "{":
+            return _balanced_end(code, i, "{", "}")
+        elif parens == 0 and ch == ";":
+            return i + 1
+    return len(code)

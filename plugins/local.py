@@ -1,0 +1,48 @@
+"""The `local` executor: evaluates candidates on this machine, a few at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import ClassVar
+
+import attrs
+
+from hiera_core import EvalJob, hookimpl
+from hiera_core.records import Evaluation
+
+
+@attrs.frozen(kw_only=True)
+class LocalConfig:
+    workers: int = 1
+    """Candidates evaluated concurrently. Stages that time or use a device serialise on their own lock."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError("workers must be >= 1")
+
+
+class LocalExecutor:
+    name: ClassVar[str] = "local"
+    config_class: ClassVar[type] = LocalConfig
+
+    def __init__(self, config: LocalConfig) -> None:
+        self.config = config
+
+    def run(
+        self, jobs: Iterable[EvalJob], evaluate: Callable[[EvalJob], Evaluation]
+    ) -> Iterator[tuple[EvalJob, Evaluation]]:
+        jobs = list(jobs)
+        if self.config.workers == 1:
+            for job in jobs:
+                yield job, evaluate(job)
+            return
+        with ThreadPoolExecutor(max_workers=self.config.workers) as pool:
+            futures = [(job, pool.submit(evaluate, job)) for job in jobs]
+            for job, future in futures:
+                yield job, future.result()
+
+
+@hookimpl
+def hiera_register_executors():
+    return [LocalExecutor]

@@ -1,0 +1,26 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HIERA = Path(sys.executable).with_name("hiera")
+PLUGINS = Path(__file__).parent / "plugins"
+SMALL = ["--set", "workload.stencil2d.host_n=192"]
+"""A host grid small enough that a whole loop takes seconds."""
+
+
+def run_hiera(*args: str, cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the installed `hiera` console script, as a user would."""
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))}
+    environ.update(env or {})
+    return subprocess.run([str(HIERA), *args], cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def hiera(tmp_path):
+    def call(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+        return run_hiera(*args, cwd=tmp_path, env=env, timeout=timeout)
+
+    return call

@@ -1,0 +1,64 @@
+"""What a user sees from the `hiera` command: plugins, configuration and bad input."""
+
+import pytest
+
+
+def test_plugins_lists_every_builtin_with_its_distribution_and_entry_point(hiera):
+    done = hiera("plugins")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for direction in ("C", "P", "M", "R", "T"):
+        assert f"directions: {direction}" in out
+    assert "spaces: pure_cuda, cuda_libraries, libraries_pytorch" in out
+    assert "backends: expert" in out
+    assert "architectures: host" in out
+    assert "workloads: stencil2d" in out
+    assert "hiera 0.1.0; entry point stencil2d = hiera_workloads.stencil2d.plugin" in out
+    assert "hooks: hiera_register_workloads" in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--workload", "nope"], "unknown workload 'nope' (choose from: stencil2d)"),
+        (["--workload", "stencil2d", "--arch", "tpu"], "unknown architecture 'tpu' (choose from: host"),
+        (["--workload", "stencil2d", "--space", "anywhere"], "unknown space 'anywhere' (choose from: adaptive, pure_cuda"),
+        (["--workload", "stencil2d", "--backend", "gpt"], "unknown backend 'gpt' (choose from: expert"),
+    ],
+)
+def test_an_unknown_name_gets_one_line_with_the_choices_and_exit_code_2(hiera, args, message):
+    done = hiera(*args)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unknown_key_in_hiera_toml_names_file_table_and_key(hiera, tmp_path):
+    (tmp_path / "hiera.toml").write_text("[workload.stencil2d]\nhost_n = 64\nnxx = 3\n")
+    done = hiera("--workload", "stencil2d")
+    assert done.returncode == 2
+    assert "hiera.toml: [workload.stencil2d]" in done.stderr and "nxx" in done.stderr
+
+
+def test_a_table_for_a_plugin_that_is_not_installed_is_an_error(hiera, tmp_path):
+    (tmp_path / "hiera.toml").write_text("[arch.gpu9000]\ncc = 'x'\n")
+    done = hiera("config", "show")
+    assert done.returncode == 2
+    assert "no arch named 'gpu9000' (known: host)" in done.stderr
+
+
+def test_config_show_prints_what_is_in_force(hiera, tmp_path):
+    (tmp_path / "hiera.toml").write_text("[run]\nrounds = 4\n[workload.stencil2d]\nhost_n = 64\n")
+    done = hiera("config", "show", "--set", "run.population=2", env={"HIERA_PARENTS": "3"})
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "rounds = 4" in out and "population = 2" in out and "parents = 3" in out
+    assert "[workload.stencil2d]" in out and "host_n = 64" in out and "radius = 3" in out
+    assert "[evaluator.host-run]" in out
+
+
+def test_without_a_gpu_the_default_architecture_is_host_and_says_so(hiera, tmp_path):
+    done = hiera("--workload", "stencil2d", "--rounds", "0", "--set", "workload.stencil2d.host_n=32", "--run-dir", "r")
+    assert done.returncode == 0, done.stderr
+    assert "running on the host architecture" in done.stdout.splitlines()[0]

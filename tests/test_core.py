@@ -1,0 +1,127 @@
+"""The core on its own: records, configuration, plugin loading and layering."""
+
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from hiera_core import hookimpl, hookspecs, records, serialization
+from hiera_core.config import ConfigError, load_config
+from hiera_core.plugins import PluginError, collect, make_plugin_manager
+
+CORE = Path(__file__).parents[1] / "hiera_core"
+
+
+def test_importing_the_core_loads_no_heavy_library_and_no_plugin():
+    code = "import sys, hiera_core, hiera_core.cli, hiera_core.engine; print(sorted(m for m in ('torch', 'cupy', 'openai', 'numpy') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    for path in CORE.glob("*.py"):
+        text = path.read_text()
+        for package in ("hiera_plugins", "hiera_directions", "hiera_workloads"):
+            assert f"import {package}" not in text and f"from {package}" not in text, (path, package)
+
+
+def test_every_hook_documents_its_contract():
+    hooks = [name for name in dir(hookspecs) if name.startswith("hiera_")]
+    assert len(hooks) >= 13
+    for name in hooks:
+        assert len((getattr(hookspecs, name).__doc__ or "").strip()) > 40, name
+
+
+def test_every_record_round_trips_through_json():
+    profile = records.Profile(source="t", metrics={"a_ms": 1.0}, signals={"x": 0.5}, findings=["f"])
+    candidate = records.Candidate(id="c1", source="int f;", space="pure_cuda", round=1, direction="M", params={"u": 2})
+    evaluations = [
+        records.StaticRejected(reason="r"),
+        records.CompileFailed(log="l", compile_s=1.0),
+        records.Incorrect(reason="r", max_abs_error=0.5),
+        records.Crashed(reason="SIGSEGV"),
+        records.TimedOut(limit_s=5),
+        records.Measured(latency_ms=1, latency_p10_ms=1, latency_p90_ms=2, repeats=5, reference_latency_ms=3, max_abs_error=0, profile=profile),
+    ]
+    for evaluation in evaluations:
+        event = records.CandidateEvaluated(candidate=candidate, evaluation=evaluation, wall_s=0.1)
+        line = serialization.event_to_line(event)
+        assert serialization.event_from_line(line) == event
+        assert '"schema_version": 1' in line
+    decision = records.SpaceDecision(space="pure_cuda", scores={"C": 0.1, "M": 0.9})
+    plan = records.Plan(round=1, decision=decision, strategy=records.Strategy(space="pure_cuda", direction="M", name="s"), parent_id=None)
+    assert serialization.event_from_line(serialization.event_to_line(records.PlanMade(plan=plan))).plan.decision.direction == "M"
+
+
+def test_a_record_of_another_schema_is_refused():
+    line = serialization.event_to_line(records.RoundFinished(round=0, best_candidate_id=None, best_latency_ms=None))
+    with pytest.raises(serialization.SchemaMismatch):
+        serialization.event_from_line(line.replace('"schema_version": 1', '"schema_version": 99'))
+
+
+def test_precedence_is_cli_then_environment_then_file_then_defaults(tmp_path):
+    (tmp_path / "hiera.toml").write_text('[run]\nrounds = 5\npopulation = 3\nspace = "pure_cuda"\n')
+    config = load_config(tmp_path, environ={"HIERA_POPULATION": "7", "HIERA_SPACE": "cuda_libraries"}, cli={"space": "adaptive"})
+    assert (config.run.rounds, config.run.population, config.run.space, config.run.parents) == (5, 7, "adaptive", 2)
+    assert config.source.endswith("hiera.toml")
+
+
+def test_pyproject_tool_table_is_read_when_there_is_no_hiera_toml(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.hiera.run]\nrounds = 9\n[tool.hiera.workload.stencil2d]\nhost_n = 64\n')
+    config = load_config(tmp_path, environ={})
+    assert config.run.rounds == 9
+    assert config.plugin_tables["workload"] == {"stencil2d": {"host_n": 64}}
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("[run\nrounds = 1", "not valid TOML"),
+        ("[run]\nroundz = 1", "roundz"),
+        ("[run]\nrounds = 'three'", "rounds"),
+        ("[bogus]\nx = 1", "unknown table(s) bogus"),
+        ("[workload]\nn = 1", "one table per plugin"),
+    ],
+)
+def test_a_malformed_config_names_the_file_key_and_reason(tmp_path, text, expected):
+    (tmp_path / "hiera.toml").write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_config(tmp_path, environ={})
+    assert str(tmp_path / "hiera.toml") in str(error.value)
+    assert expected in str(error.value)
+
+
+def test_a_bad_environment_value_is_named():
+    with pytest.raises(ConfigError, match="HIERA_ROUNDS"):
+        load_config(Path("/nonexistent"), environ={"HIERA_ROUNDS": "many"})
+
+
+def _plugin(**hooks):
+    module = types.ModuleType("plugin_" + "_".join(hooks))
+    for name, function in hooks.items():
+        setattr(module, name, hookimpl(function))
+    return module
+
+
+def test_a_name_registered_twice_is_an_error_naming_both():
+    class A:
+        name = "same"
+
+    class B:
+        name = "same"
+
+    pm = make_plugin_manager(autoload=False, extra_plugins=[
+        _plugin(hiera_register_workloads=lambda: [A]), types.SimpleNamespace(hiera_register_workloads=hookimpl(lambda: [B]))
+    ])
+    with pytest.raises(PluginError, match=r"registered twice: by .*A and by .*B|registered twice: by .*B and by .*A"):
+        collect(pm, "workloads")
+
+
+def test_a_misspelt_hook_fails_loudly():
+    with pytest.raises(PluginError, match="hiera_register_workload"):
+        make_plugin_manager(autoload=False, extra_plugins=[_plugin(hiera_register_workload=lambda: [])])
+
+
+def test_a_blocked_plugin_is_not_loaded(monkeypatch):
+    monkeypatch.setenv("HIERA_DISABLE_PLUGINS", "stencil2d")
+    workloads = collect(make_plugin_manager(), "workloads")
+    assert "stencil2d" not in workloads.classes

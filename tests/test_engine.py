@@ -1,0 +1,107 @@
+"""The engine embedded in another tool: observer hooks, plugin-added hooks, conformance, fast_p."""
+
+import types
+from pathlib import Path
+
+import pluggy
+
+from hiera_contracts import check_plugins
+from hiera_core import hookimpl, hookspecs, records
+from hiera_core.config import load_config
+from hiera_core.engine import Engine, create_run
+from hiera_core.plugins import make_plugin_manager
+from hiera_core.report import fast_p
+from hiera_core.session import Session
+
+DOCS = Path(__file__).parents[1] / "docs" / "plugins.md"
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    @hookimpl
+    def hiera_run_started(self, session, manifest, run_dir):
+        self.calls.append(("run_started", manifest.run_id))
+
+    @hookimpl
+    def hiera_plan_made(self, plan):
+        self.calls.append(("plan_made", plan.round, plan.decision.space, plan.decision.direction))
+
+    @hookimpl
+    def hiera_candidate_evaluated(self, candidate, evaluation):
+        self.calls.append(("candidate_evaluated", candidate.round, type(evaluation).__name__))
+
+    @hookimpl
+    def hiera_round_finished(self, round, best, best_latency_ms):
+        self.calls.append(("round_finished", round, best_latency_ms is not None))
+
+    @hookimpl
+    def hiera_run_finished(self, run_dir, best):
+        self.calls.append(("run_finished", (run_dir / "report.md").exists(), best is not None))
+
+
+def test_a_tool_embedding_the_core_sees_every_event_in_order(tmp_path):
+    recorder = Recorder()
+    config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 1, "population": 2},
+                         overrides=["workload.stencil2d.host_n=48", "run.remeasure=false"])
+    session = Session.create(config, make_plugin_manager(extra_plugins=[recorder]))
+    store = create_run(session, tmp_path / "run")
+    best = Engine(session, store).optimize()
+    assert best is not None
+    kinds = [call[0] for call in recorder.calls]
+    assert kinds == [
+        "run_started", "candidate_evaluated", "round_finished", "plan_made",
+        "candidate_evaluated", "candidate_evaluated", "round_finished", "run_finished",
+    ]
+    assert recorder.calls[-1] == ("run_finished", True, True)
+    assert recorder.calls[3][1:3] == (1, "pure_cuda")
+
+
+def test_a_plugin_can_add_its_own_hooks():
+    spec_module = types.ModuleType("acme_specs")
+    spec_module.acme_tuned = pluggy.HookspecMarker(hookspecs.PROJECT)(lambda knob: None)
+
+    class Adds:
+        @hookimpl
+        def hiera_addhooks(self, pluginmanager):
+            pluginmanager.add_hookspecs(spec_module)
+
+        @hookimpl
+        def acme_tuned(self, knob):
+            return knob * 2
+
+    pm = make_plugin_manager(autoload=False, extra_plugins=[Adds()])
+    assert pm.hook.acme_tuned(knob=21) == [42]
+
+
+def test_every_hook_is_in_the_plugin_guide():
+    guide = DOCS.read_text()
+    for name in dir(hookspecs):
+        if name.startswith("hiera_"):
+            assert f"`{name}(" in guide, name
+
+
+def test_every_builtin_plugin_conforms_to_its_protocol():
+    check_plugins(make_plugin_manager())
+
+
+def _evaluated(speedups):
+    events = []
+    for i, speedup in enumerate(speedups):
+        candidate = records.Candidate(id=str(i), source="", space="pure_cuda", round=min(i, 1))
+        if speedup is None:
+            evaluation = records.Incorrect(reason="wrong")
+        else:
+            evaluation = records.Measured(latency_ms=1.0, latency_p10_ms=1, latency_p90_ms=1, repeats=1,
+                                          reference_latency_ms=speedup, max_abs_error=0)
+        events.append(records.CandidateEvaluated(candidate=candidate, evaluation=evaluation, wall_s=0))
+    return events
+
+
+def test_fast_p_is_truncated_from_one_trajectory():
+    rows = fast_p(_evaluated([None, 0.5, None, None, None, 1.5, None, 2.5]), budgets=(1, 2, 6, 12))
+    assert [(r.fast_0, r.fast_1, r.fast_2) for r in rows] == [
+        (False, False, False), (True, False, False), (True, True, False), (True, True, True)
+    ]
+    assert rows[-1].evaluated == 8 and rows[-1].best_speedup == 2.5

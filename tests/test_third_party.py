@@ -1,0 +1,176 @@
+"""A plugin distribution installed with pip is found through its entry point and takes part in a run."""
+
+import subprocess
+import sys
+import textwrap
+
+from conftest import run_hiera
+
+from hiera_core import records
+from hiera_core.store import RunStore
+
+PLUGIN = '''
+"""hiera-acme: a direction V and a workload `scale` for the host architecture."""
+import ctypes
+from typing import ClassVar
+
+import attrs
+import numpy as np
+
+from hiera_core import Knob, StrategyTemplate, UnsupportedArchitecture, hookimpl
+from hiera_core.records import Contract, Task
+
+SOURCE = """void scale(long n, double a, const double *x, double *y) {
+    %s
+    for (long i = 0; i < n; i++) y[i] = a * x[i];
+}"""
+
+
+class Vectorize:
+    name: ClassVar[str] = "V"
+    title: ClassVar[str] = "vectorisation"
+    description: ClassVar[str] = "Wide vector instructions."
+    knowledge: ClassVar[str] = "Use the widest vector unit."
+    rubric: ClassVar[str] = "High when the hot loop is scalar."
+    config_class = None
+
+    def __init__(self, config):
+        pass
+
+    def strategies(self, space):
+        return [StrategyTemplate(name="vectorize", steps=("vectorize the hot loop",))]
+
+    def score(self, profile):
+        return (0.99, "V: acme always wants vectors") if profile else (0.0, "no profile")
+
+
+class ScaleTemplate:
+    name = "scale-host"
+    knobs = {"pragma": Knob(values=("", "#pragma GCC ivdep"), direction="V", space="pure_cuda")}
+
+    def render(self, params):
+        return SOURCE % params["pragma"]
+
+
+@attrs.frozen(kw_only=True)
+class ScaleConfig:
+    n: int = 4096
+
+
+class Harness:
+    symbol = "scale"
+    distributions = ("uniform", "normal")
+    tolerance = (1e-12, 0.0)
+
+    def __init__(self, n):
+        self.n = n
+
+    def correctness_cases(self, remeasure):
+        return [{"label": f"n={self.n}", "n": self.n}, {"label": "n=3", "n": 3}]
+
+    def seeds(self, remeasure):
+        return (11, 12, 13) if remeasure else (1, 2, 3)
+
+    def make_inputs(self, case, seed, distribution):
+        rng = np.random.default_rng(seed)
+        x = rng.uniform(-1, 1, case["n"]) if distribution == "uniform" else rng.normal(size=case["n"])
+        return {"x": x}
+
+    def reference(self, case, inputs):
+        return 2.5 * inputs["x"]
+
+    def output(self, case):
+        return np.empty(case["n"])
+
+    def call(self, lib, case, inputs, out):
+        pointer = ctypes.POINTER(ctypes.c_double)
+        lib.scale(ctypes.c_long(case["n"]), ctypes.c_double(2.5), inputs["x"].ctypes.data_as(pointer), out.ctypes.data_as(pointer))
+
+    def timing_case(self):
+        return {"label": f"n={self.n}", "n": self.n}
+
+    def cache_case(self):
+        return {"label": "n=1024", "n": 1024}
+
+    def points(self, case):
+        return case["n"]
+
+
+class Scale:
+    name: ClassVar[str] = "scale"
+    config_class: ClassVar[type] = ScaleConfig
+
+    def __init__(self, config):
+        self.config = config
+
+    def tasks(self):
+        return [Task(workload="scale", name=f"scale-n{self.config.n}", params={"n": self.config.n}, description="y = 2.5 x")]
+
+    def contract(self, task, arch):
+        if arch != "host":
+            raise UnsupportedArchitecture(arch)
+        return Contract(source_filename="host_source.c", interface="void scale(long n, double a, const double *x, double *y);")
+
+    def templates(self, task, arch):
+        return [ScaleTemplate()]
+
+    def seed(self, task, arch):
+        template = ScaleTemplate()
+        params = {"pragma": ""}
+        return template.render(params), params, "scale-host pragma="
+
+    def work(self, task, arch):
+        return 16.0 * task.params["n"], 1.0 * task.params["n"]
+
+    def harness(self, task, arch):
+        return Harness(task.params["n"])
+
+
+@hookimpl
+def hiera_register_directions():
+    return [Vectorize]
+
+
+@hookimpl
+def hiera_register_workloads():
+    return [Scale]
+'''
+
+PYPROJECT = '''
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "hiera-acme"
+version = "0.3.0"
+
+[project.entry-points.hiera]
+acme = "hiera_acme"
+'''
+
+
+def test_a_pip_installed_plugin_shows_up_and_runs(tmp_path):
+    source = tmp_path / "hiera-acme"
+    (source / "hiera_acme").mkdir(parents=True)
+    (source / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
+    (source / "hiera_acme" / "__init__.py").write_text(PLUGIN)
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(site), str(source)],
+        check=True,
+    )
+    env = {"PYTHONPATH": str(site)}
+
+    listing = run_hiera("plugins", cwd=tmp_path, env=env)
+    assert listing.returncode == 0, listing.stderr
+    assert "acme  (hiera-acme 0.3.0; entry point acme = hiera_acme)" in listing.stdout
+    assert "directions: V" in listing.stdout and "workloads: scale" in listing.stdout
+
+    done = run_hiera("--workload", "scale", "--arch", "host", "--rounds", "1", "--population", "2", "--run-dir", "run", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    events = RunStore.open(tmp_path / "run").events
+    [plan] = [e.plan for e in events if isinstance(e, records.PlanMade)]
+    assert plan.decision.direction == "V" and plan.strategy.name == "vectorize"
+    measured = [e for e in events if isinstance(e, records.CandidateEvaluated) and isinstance(e.evaluation, records.Measured)]
+    assert len(measured) == 2

@@ -1,0 +1,1 @@
+"""Built-in workloads; each subpackage is one plugin."""

@@ -1,0 +1,10 @@
+"""Registers the stencil2d workload with hiera."""
+
+from hiera_core import hookimpl
+
+from hiera_workloads.stencil2d.workload import Stencil2D
+
+
+@hookimpl
+def hiera_register_workloads():
+    return [Stencil2D]

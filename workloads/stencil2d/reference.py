@@ -1,0 +1,42 @@
+"""The stencil's numerics in numpy: its weights and its FP64 reference."""
+
+from __future__ import annotations
+
+import numpy as np
+
+WEIGHT_KINDS = ("normalized", "uniform")
+WEIGHTS_SEED = 2026
+
+
+def stencil_weights(radius: int, kind: str) -> np.ndarray:
+    """Return the (2r+1, 2r+1) FP64 weights of a task, the same on every call.
+
+    `normalized`: positive random weights (seeded) scaled to sum to 1, so repeated steps stay finite.
+    `uniform`: every weight 1 / (2r+1)^2.
+    """
+    k = 2 * radius + 1
+    if kind == "normalized":
+        weights = np.random.default_rng(WEIGHTS_SEED).uniform(0.5, 1.5, size=(k, k))
+        return weights / weights.sum()
+    if kind == "uniform":
+        return np.full((k, k), 1.0 / (k * k))
+    raise ValueError(f"unknown weights {kind!r}; known: {', '.join(WEIGHT_KINDS)}")
+
+
+def reference(field: np.ndarray, weights: np.ndarray, steps: int) -> np.ndarray:
+    """Apply the stencil `steps` times to the square `field`, zero outside it, in FP64.
+
+    out[i, j] = sum over di, dj in [-r, r] of weights[di + r, dj + r] * field[i + di, j + dj].
+    """
+    k = weights.shape[0]
+    r = k // 2
+    n = field.shape[0]
+    current = np.asarray(field, dtype=np.float64)
+    padded = np.zeros((n + 2 * r, n + 2 * r))
+    for _ in range(steps):
+        padded[r : r + n, r : r + n] = current
+        current = np.zeros((n, n))
+        for a in range(k):
+            for b in range(k):
+                current += weights[a, b] * padded[a : a + n, b : b + n]
+    return current

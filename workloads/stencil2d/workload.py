@@ -1,0 +1,99 @@
+"""The stencil2d workload: its configuration, its task, and each architecture's side of it."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, ClassVar
+
+import attrs
+
+from hiera_core.protocols import Template, UnsupportedArchitecture
+from hiera_core.records import Contract, Task
+from hiera_workloads.stencil2d import host
+from hiera_workloads.stencil2d.reference import WEIGHT_KINDS
+
+SIDES: dict[str, ModuleType] = {"host": host}
+"""Each architecture's side of the workload: a module with `grid`, `contract`, `seed`, `templates` and
+`harness`, each taking the task. The GPU (`cuda`) side comes later."""
+
+
+@attrs.frozen(kw_only=True)
+class Stencil2DConfig:
+    """`[workload.stencil2d]`: the grid, the stencil and how often it is applied."""
+
+    n: int = 10240
+    """Side of the square grid on a GPU (the case-study size)."""
+    host_n: int = 1024
+    """Side of the grid on the host architecture, which is ~100x slower."""
+    radius: int = 3
+    steps: int = 1
+    """Applications of the stencil per call (ping-pong between out and scratch)."""
+    weights: str = "normalized"
+    """`normalized` (seeded positive random weights summing to 1) or `uniform` (all 1/(2r+1)^2)."""
+
+    def __attrs_post_init__(self) -> None:
+        for field in ("n", "host_n", "radius", "steps"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"workload.stencil2d: {field} must be >= 1, got {getattr(self, field)}")
+        if self.weights not in WEIGHT_KINDS:
+            known = ", ".join(WEIGHT_KINDS)
+            raise ValueError(f"workload.stencil2d: weights must be one of {known}, got {self.weights!r}")
+
+
+class Stencil2D:
+    name: ClassVar[str] = "stencil2d"
+    config_class: ClassVar[type] = Stencil2DConfig
+
+    def __init__(self, config: Stencil2DConfig) -> None:
+        self.config = config
+
+    def tasks(self) -> list[Task]:
+        c = self.config
+        k = 2 * c.radius + 1
+        return [
+            Task(
+                workload=self.name,
+                name=f"box{k}x{k}-n{c.n}-s{c.steps}",
+                params={
+                    "n": c.n,
+                    "host_n": c.host_n,
+                    "radius": c.radius,
+                    "steps": c.steps,
+                    "weights": c.weights,
+                    "dtype": "float64",
+                },
+                description=(
+                    f"A {k}x{k} box stencil (radius {c.radius}, {c.weights} weights) in FP64 on a square grid, "
+                    f"zero outside it, applied {c.steps} time(s): each output is the weighted sum of the "
+                    f"{k * k} inputs around it. The grid is {c.n}x{c.n} on a GPU and {c.host_n}x{c.host_n} "
+                    "on the host."
+                ),
+            )
+        ]
+
+    def contract(self, task: Task, arch: str) -> Contract:
+        return self._side(arch).contract(task)
+
+    def seed(self, task: Task, arch: str) -> tuple[str, dict[str, Any], str]:
+        return self._side(arch).seed(task)
+
+    def templates(self, task: Task, arch: str) -> list[Template]:
+        return self._side(arch).templates(task)
+
+    def work(self, task: Task, arch: str) -> tuple[float, float]:
+        """Minimum traffic (read and write the grid once per step) and flops (one FMA per tap)."""
+        n = self._side(arch).grid(task)
+        k = 2 * task.params["radius"] + 1
+        points = n * n * task.params["steps"]
+        return 2.0 * 8 * points, 2.0 * k * k * points
+
+    def harness(self, task: Task, arch: str) -> Any:
+        return self._side(arch).harness(task)
+
+    def _side(self, arch: str) -> ModuleType:
+        side = SIDES.get(arch)
+        if side is None:
+            raise UnsupportedArchitecture(
+                f"stencil2d has a contract for {', '.join(SIDES)} only; the GPU (cuda) side comes later"
+            )
+        return side
