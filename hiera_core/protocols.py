@@ -45,6 +45,11 @@ class Template(Protocol):
         """Return the candidate source for `params` (every knob present). Called by the expert backend."""
         ...
 
+    def describe(self, params: Mapping[str, Any]) -> str:
+        """Return a candidate's one-line origin: the template's name, a space, then `knob=value` pairs
+        that shape the source. Reports print it; the expert reads the first word back."""
+        ...
+
 
 @runtime_checkable
 class Workload(Protocol):

@@ -218,6 +218,10 @@ def _plot(run_dir: Path, rows: list[RoundRow], evaluated: list[records.Candidate
     ax.scatter(*zip(*points), s=14, color="0.6", label="valid candidates", zorder=2)
     best = [(r.round, r.best_so_far_ms) for r in rows if r.best_so_far_ms is not None]
     ax.plot(*zip(*best), marker="o", color="C0", label="best so far", zorder=3)
+    for row in rows:
+        if row.best_so_far_ms is not None and row.round > 0:
+            label = f"{row.direction} · {row.space}"
+            ax.annotate(label, (row.round, row.best_so_far_ms), textcoords="offset points", xytext=(4, 6), fontsize=7)
     reference = [e.evaluation.reference_latency_ms for e in evaluated if isinstance(e.evaluation, Measured)]
     ax.axhline(sorted(reference)[len(reference) // 2], color="C3", linestyle="--", label="reference")
     if roofline is not None:

@@ -83,7 +83,7 @@ class ExpertBackend:
         candidates = []
         for template, params, parent in moves:
             candidates.append(
-                {"source": template.render(params), "params": params, "origin": _origin(template, params), "parent_id": parent}
+                {"source": template.render(params), "params": params, "origin": template.describe(params), "parent_id": parent}
             )
             if len(candidates) == ctx["k"]:
                 break
@@ -127,7 +127,7 @@ class ExpertBackend:
 def _base_params(template: Template, parent: Candidate | None, rank: dict[str, int], space: str) -> dict[str, Any]:
     """The parent's parameters if it came from this template, defaults otherwise; knobs the space
     does not admit go back to their default."""
-    params = dict(parent.params) if parent is not None and parent.origin.split(" ")[0] == template.name else {}
+    params = dict(parent.params) if parent is not None and parent.origin.split()[0] == template.name else {}
     return {
         name: params[name] if name in params and rank[knob.space] <= rank[space] else knob.values[0]
         for name, knob in template.knobs.items()
@@ -160,10 +160,6 @@ def _round_robin(streams: list[Iterator]) -> Iterator:
                 streams.remove(stream)
             else:
                 yield item
-
-
-def _origin(template: Template, params: Mapping[str, Any]) -> str:
-    return " ".join([template.name, *(f"{k}={v}" for k, v in params.items())])
 
 
 @hookimpl

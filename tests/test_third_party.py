@@ -51,6 +51,9 @@ class ScaleTemplate:
     def render(self, params):
         return SOURCE % params["pragma"]
 
+    def describe(self, params):
+        return f"scale-host pragma={params['pragma'] or 'none'}"
+
 
 @attrs.frozen(kw_only=True)
 class ScaleConfig:
@@ -117,7 +120,7 @@ class Scale:
     def seed(self, task, arch):
         template = ScaleTemplate()
         params = {"pragma": ""}
-        return template.render(params), params, "scale-host pragma="
+        return template.render(params), params, template.describe(params)
 
     def work(self, task, arch):
         return 16.0 * task.params["n"], 1.0 * task.params["n"]

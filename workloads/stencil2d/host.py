@@ -96,9 +96,9 @@ class HostStencilTemplate:
         return {name: knob.values[0] for name, knob in self.knobs.items()}
 
     def describe(self, params: Mapping[str, Any]) -> str:
-        """`name: knob=value ...` with the knobs that shape the source (boundary is moot when streaming)."""
+        """`name knob=value ...` with the knobs that shape the source (boundary is moot when streaming)."""
         shown = [k for k in self.knobs if not (k == "boundary" and params["loop_order"] == "row_streaming")]
-        return f"{self.name}: " + " ".join(f"{k}={params[k]}" for k in shown)
+        return " ".join([self.name, *(f"{k}={params[k]}" for k in shown)])
 
     def render(self, params: Mapping[str, Any]) -> str:
         for name, knob in self.knobs.items():
