@@ -5,23 +5,36 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import attrs
 import structlog
 from rich.console import Console
 
 from hiera_core import __version__, hookimpl
-from hiera_core.config import PLUGIN_TABLES, SPACE_MODES, ConfigError, config_from_table, load_config
-from hiera_core.engine import Engine, create_run
+from hiera_core.config import (
+    PLUGIN_TABLES,
+    SPACE_MODES,
+    STRATEGIES,
+    ConfigError,
+    HieraConfig,
+    config_from_table,
+    load_config,
+    structure,
+)
+from hiera_core.engine import Engine, create_run, evaluate_source
 from hiera_core.logging import configure_logging
-from hiera_core.plugins import PluginError, UnknownName, describe_plugins, make_plugin_manager
-from hiera_core.records import Measured
-from hiera_core.report import write_report
+from hiera_core.plugins import PluginError, UnknownName, collect, describe_plugins, make_plugin_manager
+from hiera_core.protocols import BackendError
+from hiera_core.records import Evaluation, Measured
+from hiera_core.serialization import to_dict
+from hiera_core.report import agent_costs, write_report
 from hiera_core.session import Session
 from hiera_core.store import RunDirError, RunStore
 
-COMMANDS = ("run", "resume", "report", "plugins", "config")
+COMMANDS = ("run", "resume", "report", "plugins", "config", "eval", "exchange")
 log = structlog.get_logger(__name__)
 
 
@@ -44,6 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--space", help=f"{' | '.join(SPACE_MODES)}")
     run.add_argument("--no-planning", dest="planning", action="store_const", const=False, help="the paper's ablation")
     run.add_argument("--backend", help="LLM backend (default: expert, no model)")
+    run.add_argument("--model", help="the backend's model (sets backend.BACKEND.model)")
+    run.add_argument("--base-url", help="the backend's endpoint (sets backend.BACKEND.base_url)")
+    run.add_argument("--strategy", choices=STRATEGIES, help="hiera (default), or a baseline: caesar | cudaforge")
+    run.add_argument("--replay", type=Path, metavar="RUN_DIR",
+                     help="answer every agent request from RUN_DIR's recorded answers: that run again, offline")
     run.add_argument("--run-dir", help="run directory (default: runs/<id>)")
     run.add_argument("--no-remeasure", dest="remeasure", action="store_const", const=False)
     _common_options(run)
@@ -51,6 +69,15 @@ def _parser() -> argparse.ArgumentParser:
     resume = commands.add_parser("resume", help="continue a killed run; nothing recorded is redone")
     resume.add_argument("run_dir", type=Path)
     _common_options(resume, config=False)
+
+    evaluate = commands.add_parser("eval", help="evaluate one hand-written candidate and print its record")
+    evaluate.add_argument("file", type=Path, help="the candidate source (e.g. cuda_source.cu)")
+    evaluate.add_argument("--workload", help="workload name")
+    evaluate.add_argument("--task", help="task name within the workload")
+    evaluate.add_argument("--arch", help="host, cuda, ... or auto (default)")
+    evaluate.add_argument("--space", help="the space the candidate is checked against (default: the widest)")
+    evaluate.add_argument("--out", type=Path, help="where its build and logs go (default: a temporary folder)")
+    _common_options(evaluate)
 
     report = commands.add_parser("report", help="write and print a run's report")
     report.add_argument("run_dir", type=Path)
@@ -61,6 +88,16 @@ def _parser() -> argparse.ArgumentParser:
     config = commands.add_parser("config", help="configuration")
     config.add_argument("action", choices=["show"])
     _common_options(config)
+
+    exchange = commands.add_parser("exchange", help="requests of the exchange backend, for a person or an external agent")
+    actions = exchange.add_subparsers(dest="action", metavar="ACTION", required=True)
+    pending = actions.add_parser("pending", help="list the requests waiting for an answer")
+    answer = actions.add_parser("answer", help="answer a waiting request with the text of FILE ('-': standard input)")
+    answer.add_argument("request_id", metavar="ID")
+    answer.add_argument("file", metavar="FILE")
+    for action in (pending, answer):
+        action.add_argument("--dir", type=Path, help="the exchange folder (default: [backend.exchange] dir)")
+        _common_options(action)
     return parser
 
 
@@ -88,8 +125,10 @@ def main(argv: list[str] | None = None) -> int:
             "report": _report,
             "plugins": _plugins,
             "config": _config_show,
+            "eval": _eval,
+            "exchange": _exchange,
         }[args.command](args, console)
-    except (UsageError, ConfigError, UnknownName, PluginError, RunDirError) as exc:
+    except (UsageError, ConfigError, UnknownName, PluginError, RunDirError, BackendError) as exc:
         print(f"hiera: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -103,17 +142,40 @@ def _session(config, plugins: list[str]) -> Session:
 
 
 def _cli_run_keys(args: argparse.Namespace) -> dict[str, Any]:
-    keys = ("workload", "task", "arch", "rounds", "population", "parents", "space", "planning", "backend", "run_dir", "remeasure")
+    keys = (
+        "workload", "task", "arch", "rounds", "population", "parents", "space", "planning", "strategy", "backend",
+        "run_dir", "remeasure",
+    )
     return {k: getattr(args, k) for k in keys}
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    config = load_config(Path.cwd(), cli=_cli_run_keys(args), overrides=args.overrides, config_file=args.config)
+    if args.replay is not None:
+        config = _replay_config(args)
+    else:
+        config = load_config(Path.cwd(), cli=_cli_run_keys(args), overrides=args.overrides, config_file=args.config)
+        if args.model or args.base_url:
+            backend = config.run.backend
+            options = {"model": args.model, "base_url": args.base_url}
+            sets = [f"backend.{backend}.{key}={json.dumps(value)}" for key, value in options.items() if value]
+            config = load_config(Path.cwd(), cli=_cli_run_keys(args), overrides=[*args.overrides, *sets], config_file=args.config)
     session = _session(config, args.plugins)
     for notice in session.notices:
         console.print(notice)
     store = create_run(session, Path(args.run_dir) if args.run_dir else None)
     return _optimize(session, store, console, args.log_level)
+
+
+def _replay_config(args: argparse.Namespace) -> HieraConfig:
+    """The recorded run's configuration, answered by the `replay` backend from its answer cache."""
+    if args.backend or args.model or args.base_url:
+        raise UsageError("--replay answers from the recorded run; it takes no --backend, --model or --base-url")
+    recorded = RunStore.open(args.replay).manifest.config
+    table = {key: dict(value) if isinstance(value, dict) else value for key, value in recorded.items()}
+    table["run"] = {**table.get("run", {}), "backend": "replay", "run_dir": ""}
+    table["backend"] = {**table.get("backend", {}), "replay": {"source": str(args.replay.resolve())}}
+    keys = {key: value for key, value in _cli_run_keys(args).items() if key != "backend"}
+    return config_from_table(table, source=f"{args.replay}/manifest.json", cli=keys, overrides=args.overrides)
 
 
 def _resume(args: argparse.Namespace, console: Console) -> int:
@@ -129,7 +191,8 @@ def _optimize(session: Session, store: RunStore, console: Console, log_level: st
     run = session.config.run
     console.print(
         f"hiera {session.workload.name}/{session.task.name} on {session.arch_name}: {run.rounds} rounds × {run.population}"
-        f" candidates, space {run.space}, backend {run.backend} → {store.path}"
+        f" candidates, space {run.space}{'' if run.strategy == 'hiera' else ', strategy ' + run.strategy},"
+        f" backend {run.backend} → {store.path}"
     )
     progress = Progress(console, budget=run.rounds * run.population)
     session.pm.register(progress, name="hiera-cli-progress")
@@ -139,6 +202,9 @@ def _optimize(session: Session, store: RunStore, console: Console, log_level: st
         session.pm.unregister(progress)
     events = store.evaluated()
     console.print(f"report: {store.path / 'report.md'}")
+    costs = agent_costs(store.events)
+    if costs.calls:
+        console.print(f"agents: {costs.describe()}")
     if best is None:
         console.print("no valid candidate was found")
         return 1
@@ -178,6 +244,32 @@ class Progress:
         where = "initial" if candidate.round == 0 else f"{self.count:>3}/{self.budget}"
         best = f"{self.best_ms:.3f} ms" if self.best_ms is not None else "-"
         self.console.print(f"  {where} {candidate.id} {status}  best {best}  [dim]{candidate.origin}[/]")
+
+
+def _eval(args: argparse.Namespace, console: Console) -> int:
+    if not args.file.is_file():
+        raise UsageError(f"no such file: {args.file}")
+    keys = {"workload": args.workload, "task": args.task, "arch": args.arch}
+    config = load_config(Path.cwd(), cli=keys, overrides=args.overrides, config_file=args.config)
+    session = _session(config, args.plugins)
+    for notice in session.notices:
+        console.print(notice)
+    space = args.space or session.spaces[-1].name
+    session.space(space)  # an unknown space is a usage error before any work
+    with tempfile.TemporaryDirectory(prefix="hiera-eval-") as scratch:
+        workdir = args.out or Path(scratch)
+        candidate, evaluation = evaluate_source(session, args.file.read_text(), space=space, workdir=workdir)
+    console.print(f"{args.file} as {session.workload.name}/{session.task.name} on {session.arch_name}, space {space}:")
+    if isinstance(evaluation, Measured):
+        console.print(
+            f"  correct; {evaluation.latency_ms:.4f} ms (p10 {evaluation.latency_p10_ms:.4f}, p90 {evaluation.latency_p90_ms:.4f},"
+            f" {evaluation.repeats} calls), reference {evaluation.reference_latency_ms:.4f} ms,"
+            f" speedup {evaluation.speedup_vs_reference:.2f}×"
+        )
+    else:
+        console.print(f"  {type(evaluation).__name__}: {getattr(evaluation, 'reason', None) or getattr(evaluation, 'log', '')}", markup=False)
+    console.print(json.dumps({"candidate": candidate.id, "evaluation": to_dict(evaluation, Evaluation)}, indent=1), markup=False)
+    return 0 if isinstance(evaluation, Measured) else 1
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:
@@ -223,6 +315,39 @@ def _toml(table: dict[str, Any]) -> str:
         if key in table:
             emit(key, table[key])
     return "\n".join(lines)
+
+
+def _exchange(args: argparse.Namespace, console: Console) -> int:
+    """`hiera exchange pending|answer`: the folder of the `exchange` backend (its `open_folder(config)`)."""
+    config = load_config(Path.cwd(), overrides=args.overrides, config_file=args.config)
+    backend = collect(make_plugin_manager(extra_plugins=args.plugins), "backends").get("exchange")
+    backend_config = structure(config.plugin_tables["backend"].get("exchange", {}), backend.config_class, where="[backend.exchange]")
+    if args.dir is not None:
+        backend_config = attrs.evolve(backend_config, dir=str(args.dir))
+    folder = backend.open_folder(backend_config)
+    if args.action == "pending":
+        waiting = folder.pending()
+        for request in waiting:
+            which = f" request {request.sample + 1}" if request.role == "oa" else ""
+            console.print(
+                f"{request.id}  {request.role}{which} round {request.round} attempt {request.attempt}  {request.prompt_path}",
+                markup=False,
+            )
+        if not waiting:
+            console.print(f"no request is waiting in {folder.path}", markup=False)
+        return 0
+    if args.file == "-":
+        text = sys.stdin.read()
+    elif Path(args.file).is_file():
+        text = Path(args.file).read_text()
+    else:
+        raise UsageError(f"no such file: {args.file}")
+    try:
+        path = folder.answer(args.request_id, text)
+    except LookupError as exc:
+        raise UsageError(str(exc)) from None
+    console.print(f"answered {args.request_id}: {path}", markup=False)
+    return 0
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ PLUGIN_TABLES = ("workload", "arch", "backend", "evaluator", "executor", "direct
 """Top-level tables that hold one sub-table per plugin, and the registry kind each configures."""
 
 SPACE_MODES = ("adaptive", *SPACES)
+STRATEGIES = ("hiera", "caesar", "cudaforge")
+"""How rounds search (`hiera_core.agents.SEARCHES`): HIERA itself, or one of the paper's two baselines."""
 
 
 class ConfigError(ValueError):
@@ -51,6 +53,9 @@ class RunConfig:
     """`adaptive` (re-decided every round) or one fixed space: pure_cuda, cuda_libraries, libraries_pytorch."""
     planning: bool = True
     """False is the paper's `--no-planning` ablation: no space decision or strategy, one generic prompt."""
+    strategy: str = "hiera"
+    """`hiera`, or a baseline: `caesar` (generate-and-fix with execution feedback only) or `cudaforge`
+    (pure-CUDA refinement with profiling feedback)."""
     backend: str = "expert"
     """LLM backend answering the three agents; `expert` needs no model."""
     executor: str = "local"
@@ -64,6 +69,12 @@ class RunConfig:
             raise ConfigError("run: rounds must be >= 0, population and parents >= 1")
         if self.space not in SPACE_MODES:
             raise ConfigError(f"unknown space '{self.space}' (choose from: {', '.join(SPACE_MODES)})")
+        if self.strategy not in STRATEGIES:
+            raise ConfigError(f"unknown strategy '{self.strategy}' (choose from: {', '.join(STRATEGIES)})")
+        if self.strategy != "hiera" and not self.planning:
+            raise ConfigError(f"--no-planning is an ablation of the hiera strategy; '{self.strategy}' plans its own way")
+        if self.strategy != "hiera" and self.backend == "expert":
+            raise ConfigError(f"the '{self.strategy}' baseline needs a model backend; the expert answers only HIERA's own roles")
 
 
 @attrs.frozen(kw_only=True)

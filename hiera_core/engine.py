@@ -14,6 +14,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import attrs
 import structlog
 
 from hiera_core import agents, records
@@ -66,6 +67,8 @@ class Engine:
         self.recorded = store.evaluated()
         self.roofline: records.Roofline | None = None
         self.wall_s: dict[str, float] = {}
+        self.stage_s: dict[str, dict[str, float]] = {}
+        self.agents = agents.Agents(session, run_dir=store.path, record=store.append)
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -79,14 +82,20 @@ class Engine:
         for round_ in range(1, self.run.rounds + 1):
             structlog.contextvars.bind_contextvars(round=round_)
             ctx = self._context(round_)
-            plan = self._plan(ctx) if self.run.planning else None
+            plan = self._plan(ctx) if self.agents.plans else None
             batch = self._generated(round_, lambda: self._generate(ctx, plan))
             self._evaluate_round(round_, batch)
 
         best = self.best()
         if not any(isinstance(e, records.RunFinished) for e in self.store.events):
             remeasured = self._remeasure(best) if best is not None and self.run.remeasure else None
-            self.store.append(records.RunFinished(best_candidate_id=best.id if best else None, remeasured=remeasured))
+            self.store.append(
+                records.RunFinished(
+                    best_candidate_id=best.id if best else None,
+                    remeasured=remeasured,
+                    remeasure_stage_s=self.stage_s.pop(best.id, {}) if remeasured else {},
+                )
+            )
         write_report(self.store)
         hook.hiera_run_finished(session=session, run_dir=self.store.path, best=best)
         structlog.contextvars.unbind_contextvars("run_id", "task", "round")
@@ -96,10 +105,9 @@ class Engine:
         for event in self.store.events:
             if isinstance(event, records.RunStarted):
                 return event.roofline
-        bytes_moved, flops = self.session.workload.work(self.session.task, self.session.arch_name)
-        peak_gbps, peak_gflops = self.session.arch.peaks()
-        roofline = records.Roofline(bytes_moved=bytes_moved, flops=flops, peak_gbps=peak_gbps, peak_gflops=peak_gflops)
-        self.store.append(records.RunStarted(run_id=self.store.manifest.run_id, roofline=roofline))
+        roofline = roofline_for(self.session)
+        device_stages = [e.name for e in self.session.evaluators if getattr(e, "holds_device", False)]
+        self.store.append(records.RunStarted(run_id=self.store.manifest.run_id, roofline=roofline, device_stages=device_stages))
         return roofline
 
     def best(self, n: int = 1) -> Candidate | None:
@@ -126,12 +134,13 @@ class Engine:
             round=round_,
             task=self.session.task,
             arch=self.session.arch_name,
-            interface=self.contract.interface,
-            source_filename=self.contract.source_filename,
+            contract=self.contract,
+            toolchain=self.toolchain,
             parent=parent,
             parent_evaluation=self._evaluation_of(parent),
             parents=parents,
             history=list(self.history),
+            plans=[e.plan for e in self.store.events if isinstance(e, records.PlanMade)],
             allowed_spaces=self.session.allowed_spaces(),
             planning=self.run.planning,
         )
@@ -143,8 +152,8 @@ class Engine:
         if any(isinstance(e, records.CandidatesGenerated) and e.round == ctx.round for e in self.store.events):
             return None  # planning failed in the killed run; its note is in the generated batch
         try:
-            decision = agents.select_space(self.session, ctx)
-            strategy = agents.plan_strategy(self.session, ctx, decision)
+            decision = self.agents.select_space(ctx)
+            strategy = self.agents.plan_strategy(ctx, decision)
         except agents.AgentError as exc:
             log.error("planning_failed", error=str(exc))
             self.store.append(records.CandidatesGenerated(round=ctx.round, candidates=[], notes=[str(exc)]))
@@ -172,19 +181,16 @@ class Engine:
         return records.CandidatesGenerated(round=0, candidates=[seed])
 
     def _generate(self, ctx: agents.PlanningContext, plan: records.Plan | None) -> records.CandidatesGenerated:
-        if self.run.planning and plan is None:
+        if self.agents.plans and plan is None:
             return records.CandidatesGenerated(round=ctx.round, candidates=[], notes=["no plan for this round"])
-        strategy = plan.strategy if plan else None
-        try:
-            sources = agents.generate_candidates(self.session, ctx, strategy, self.run.population)
-        except agents.AgentError as exc:
-            log.error("generation_failed", error=str(exc))
-            return records.CandidatesGenerated(round=ctx.round, candidates=[], notes=[str(exc)])
-        space = strategy.space if strategy else ctx.allowed_spaces[-1]
+        started = time.perf_counter()
+        generation = self.agents.generate(ctx, plan, self.run.population)
         seen = {c.id for c, _ in self.history}
-        candidates, notes = [], []
-        for generated in sources:
-            candidate = self._candidate(generated, round_=ctx.round, space=space, strategy=strategy)
+        candidates, notes = [], list(generation.notes)
+        for generated in generation.sources:
+            candidate = self._candidate(
+                generated, round_=ctx.round, space=generation.space, direction=generation.direction, strategy=generation.strategy
+            )
             if candidate.id in seen:
                 notes.append(f"duplicate of an earlier candidate {candidate.id} ({generated.origin}); dropped")
                 continue
@@ -192,18 +198,19 @@ class Engine:
             candidates.append(candidate)
         if len(candidates) < self.run.population:
             notes.append(f"{len(candidates)} new candidates of {self.run.population} requested")
-        return records.CandidatesGenerated(round=ctx.round, candidates=candidates, notes=notes)
+        wall_s = round(time.perf_counter() - started, 4)
+        return records.CandidatesGenerated(round=ctx.round, candidates=candidates, notes=notes, wall_s=wall_s)
 
     def _candidate(
-        self, generated: agents.GeneratedSource, *, round_: int, space: str, strategy: records.Strategy | None = None
+        self, generated: agents.GeneratedSource, *, round_: int, space: str, direction: str | None = None, strategy: str | None = None
     ) -> Candidate:
         return Candidate(
-            id=records.content_id(generated.source, self.contract.id, json.dumps(self.toolchain, sort_keys=True)),
+            id=candidate_id(generated.source, self.contract, self.toolchain),
             source=generated.source,
             space=space,
             round=round_,
-            direction=strategy.direction if strategy else None,
-            strategy=strategy.name if strategy else ("unconstrained" if round_ else None),
+            direction=direction,
+            strategy=strategy,
             parent_id=generated.parent_id,
             origin=generated.origin,
             params=generated.params,
@@ -234,49 +241,29 @@ class Engine:
         workdir = self.store.candidate_dir(candidate.id)
         if remeasure:  # built again and run in a fresh directory and process, on fresh inputs
             workdir = workdir / "remeasure"
-        write_text_atomic(workdir / self.contract.source_filename, candidate.source)
-        workload = type(self.session.workload)
-        return EvalJob(
-            candidate=candidate,
-            task=self.session.task,
-            contract=self.contract,
-            arch=self.session.arch_name,
-            workdir=workdir,
-            workload_factory=f"{workload.__module__}:{workload.__qualname__}",
-            workload_config=self.store.manifest.config.get("workload", {}).get(self.session.workload.name, {}),
-            toolchain=self.toolchain,
-            roofline=self.roofline,
-            remeasure=remeasure,
+        return new_job(
+            self.session, candidate, contract=self.contract, toolchain=self.toolchain, roofline=self.roofline,
+            workdir=workdir, remeasure=remeasure,
         )
 
     def evaluate(self, job: EvalJob) -> Evaluation:
-        """The evaluation pipeline for one candidate: space check, then the architecture's stages."""
+        """Evaluate one candidate (from an executor's thread), remembering how long it took."""
         started = time.perf_counter()
+        self.stage_s[job.candidate.id] = stages = {}
         try:
-            return self._pipeline(job)
+            return evaluate_candidate(self.session, job, stages)
         finally:
             self.wall_s[job.candidate.id] = time.perf_counter() - started
-
-    def _pipeline(self, job: EvalJob) -> Evaluation:
-        reason = self.session.space(job.candidate.space).check_source(job.candidate.source, job.arch)
-        if reason:
-            return records.StaticRejected(reason=f"{job.candidate.space}: {reason}")
-        for evaluator in self.session.evaluators:
-            try:
-                result = evaluator.evaluate(job)
-            except Exception as exc:  # an evaluator bug costs this candidate, not the run
-                log.exception("evaluator_failed", evaluator=evaluator.name, candidate=job.candidate.id)
-                return records.Crashed(reason=f"evaluator {evaluator.name} failed: {exc!r}")
-            if isinstance(result, StagePassed):
-                job = result.job
-                continue
-            return result
-        raise RuntimeError(f"the last evaluator of '{job.arch}' returned no final evaluation")
 
     def _record(self, job: EvalJob, evaluation: Evaluation) -> None:
         candidate = job.candidate
         write_text_atomic(job.workdir / "evaluation.json", evaluation_to_json(evaluation))
-        event = records.CandidateEvaluated(candidate=candidate, evaluation=evaluation, wall_s=self.wall_s.pop(candidate.id, 0.0))
+        event = records.CandidateEvaluated(
+            candidate=candidate,
+            evaluation=evaluation,
+            wall_s=self.wall_s.pop(candidate.id, 0.0),
+            stage_s=self.stage_s.pop(candidate.id, {}),
+        )
         self.store.append(event)
         self.recorded[candidate.id] = event
         self.history.append((candidate, evaluation))
@@ -286,3 +273,76 @@ class Engine:
     def _remeasure(self, best: Candidate) -> Evaluation:
         [(_, evaluation)] = list(self.session.executor.run([self._job(best, remeasure=True)], self.evaluate))
         return evaluation
+
+
+def evaluate_candidate(session: Session, job: EvalJob, stage_s: dict[str, float] | None = None) -> Evaluation:
+    """The evaluation pipeline for one candidate: its space's static check, then the architecture's
+    stages in order (see `protocols.Evaluator.order`). `stage_s`, when given, receives the wall
+    seconds of each stage that ran, by name (`space-check`, then the evaluators')."""
+    stage_s = {} if stage_s is None else stage_s
+    started = time.perf_counter()
+    reason = session.space(job.candidate.space).check_source(job.candidate.source, job.arch)
+    stage_s["space-check"] = round(time.perf_counter() - started, 4)
+    if reason:
+        return records.StaticRejected(reason=f"{job.candidate.space}: {reason}")
+    for evaluator in session.evaluators:
+        started = time.perf_counter()
+        try:
+            result = evaluator.evaluate(job)
+        except Exception as exc:  # an evaluator bug costs this candidate, not the run
+            log.exception("evaluator_failed", evaluator=evaluator.name, candidate=job.candidate.id)
+            return records.Crashed(reason=f"evaluator {evaluator.name} failed: {exc!r}")
+        finally:
+            stage_s[evaluator.name] = round(time.perf_counter() - started, 4)
+        if isinstance(result, StagePassed):
+            job = result.job
+        elif isinstance(result, Measured):
+            job = attrs.evolve(job, measured=result)
+        else:
+            return result
+    if job.measured is None:
+        raise RuntimeError(f"no evaluator of '{job.arch}' measured the candidate")
+    return job.measured
+
+
+def roofline_for(session: Session) -> records.Roofline:
+    """The task's floors on this machine: the workload's work over the architecture's measured peaks."""
+    bytes_moved, flops = session.workload.work(session.task, session.arch_name)
+    peak_gbps, peak_gflops = session.arch.peaks(session.task.params.get("dtype", "float64"))
+    return records.Roofline(bytes_moved=bytes_moved, flops=flops, peak_gbps=peak_gbps, peak_gflops=peak_gflops)
+
+
+def candidate_id(source: str, contract: records.Contract, toolchain: dict) -> str:
+    return records.content_id(source, contract.id, json.dumps(toolchain, sort_keys=True))
+
+
+def new_job(
+    session: Session, candidate: Candidate, *, contract: records.Contract, toolchain: dict,
+    roofline: records.Roofline | None, workdir: Path, remeasure: bool = False,
+) -> EvalJob:
+    """An evaluation job for `candidate`, its source written into `workdir`."""
+    write_text_atomic(workdir / contract.source_filename, candidate.source)
+    workload = type(session.workload)
+    return EvalJob(
+        candidate=candidate,
+        task=session.task,
+        contract=contract,
+        arch=session.arch_name,
+        space_rank=session.space(candidate.space).rank,
+        workdir=workdir,
+        workload_factory=f"{workload.__module__}:{workload.__qualname__}",
+        workload_config=session.resolved_config().get("workload", {}).get(session.workload.name, {}),
+        toolchain=toolchain,
+        roofline=roofline,
+        remeasure=remeasure,
+    )
+
+
+def evaluate_source(session: Session, source: str, *, space: str, workdir: Path) -> tuple[Candidate, Evaluation]:
+    """`hiera eval`: one hand-written candidate through the same pipeline as a run's candidates."""
+    contract = session.workload.contract(session.task, session.arch_name)
+    toolchain = session.arch.toolchain()
+    candidate = Candidate(id=candidate_id(source, contract, toolchain), source=source, space=space, round=0, origin="hand-written")
+    job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=roofline_for(session),
+                  workdir=workdir / candidate.id)
+    return candidate, evaluate_candidate(session, job)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import attrs
 
-from hiera_core.records import Candidate, Contract, Evaluation, Profile, Roofline, Task
+from hiera_core.records import Candidate, Contract, Evaluation, Measured, Profile, Roofline, Task
 
 
 class UnsupportedArchitecture(LookupError):
@@ -137,11 +137,20 @@ class AgentRequest:
     """One call to an agent: the prompt for a model, and the same context as data for offline rules."""
 
     role: str
-    """`ssda` (space + direction scores), `spa` (strategy) or `oa` (candidate sources)."""
+    """`ssda` (space + direction scores), `spa` (strategy; also the judge of the `cudaforge` baseline)
+    or `oa` (candidate sources)."""
     prompt: str
     """The full text a language model receives (system and user parts joined)."""
     context: Mapping[str, Any]
     """Structured context for rule-based backends (task, space options, parent, profile, history)."""
+    round: int = 0
+    """The round the request belongs to."""
+    sample: int = 0
+    """Which of a round's OA requests this is (0 for the other roles): requests of one round differ by it."""
+    attempt: int = 1
+    """1 for the first ask; higher when the request is asked again after an unusable answer or a failure."""
+    candidates: int = 0
+    """How many candidate sources an OA request asks for; 0 for the other roles."""
 
 
 @attrs.frozen(kw_only=True)
@@ -150,17 +159,39 @@ class AgentAnswer:
     """The raw answer; the agent layer parses the JSON object in it."""
     input_tokens: int = 0
     output_tokens: int = 0
+    model: str = ""
+    """The model that answered, as its service names it; empty for rule-based backends."""
+    cost_usd: float | None = None
+    """What the call cost, from the backend's price table; None when no price is known."""
+    truncated: bool = False
+    """The model stopped at its output-token limit, so the answer is probably cut off."""
+
+
+class BackendError(Exception):
+    """A backend could not answer one request (the service failed after the backend's own retries, no
+    recorded answer, no answer file in time). The agent layer records the reason and asks again within
+    its attempts; the message must never contain a secret."""
 
 
 @runtime_checkable
 class LLMBackend(Protocol):
-    """Answers agent requests: a remote model, a cache, a person, or rules."""
+    """Answers agent requests: a remote model, a cache, a person, or rules.
+
+    Two optional attributes tell the agent layer how to send OA requests; without them a round's K
+    sources are asked for in one request and requests go one at a time:
+
+    - `parallel_requests: int`: how many requests may be in flight at once (`answer` is then called
+      from that many threads and must be thread-safe);
+    - `candidates_per_request: int | None`: how many sources one OA request asks for (a model: 1, so
+      the K requests go in parallel); None asks for all K in one request.
+    """
 
     name: ClassVar[str]
     config_class: ClassVar[type | None]
 
     def answer(self, request: AgentRequest) -> AgentAnswer:
-        """Return the answer to one request. Called by the engine, from one thread at a time per role."""
+        """Return the answer to one request, or raise BackendError saying why there is none. Called by
+        the agent layer for every request its run's answer cache does not already hold."""
         ...
 
 
@@ -184,8 +215,9 @@ class Architecture(Protocol):
         every candidate's id, and handed to the compile stage in `EvalJob.toolchain`."""
         ...
 
-    def peaks(self) -> tuple[float, float]:
-        """Return measured (memory GB/s, GFLOP/s) of this machine, for the roofline floors."""
+    def peaks(self, dtype: str) -> tuple[float, float]:
+        """Return measured (memory GB/s, GFLOP/s for `dtype`, e.g. "float64") of this machine, for the
+        roofline floors. Called once per run."""
         ...
 
 
@@ -197,6 +229,8 @@ class EvalJob:
     task: Task
     contract: Contract
     arch: str
+    space_rank: int
+    """The rank of the candidate's implementation space (0 = most controlled), for binary and runtime checks."""
     workdir: Path
     """The candidate's scratch directory: its source, build log and artefacts live here."""
     workload_factory: str
@@ -208,8 +242,21 @@ class EvalJob:
     artifacts: dict[str, str] = attrs.field(factory=dict)
     """What earlier stages produced (e.g. `library`: path of the built shared object)."""
     compile_s: float = 0.0
+    measured: Measured | None = None
+    """Set once a stage has measured the candidate; later stages (a profiler) refine it."""
     remeasure: bool = False
     """True when the winner is measured again at the end of a run (fresh process, fresh seeds)."""
+
+    def worker_request(self) -> dict[str, Any]:
+        """What a worker process needs to rebuild the task's harness and load the built candidate."""
+        from hiera_core.serialization import to_dict
+
+        return {
+            "workload_factory": self.workload_factory,
+            "workload_config": self.workload_config,
+            "task": to_dict(self.task),
+            "library": self.artifacts["library"],
+        }
 
 
 @attrs.frozen(kw_only=True)
@@ -221,18 +268,22 @@ class StagePassed:
 
 @runtime_checkable
 class Evaluator(Protocol):
-    """One stage of evaluation for one architecture (compile, run and check, profile, ...)."""
+    """One stage of evaluation for one architecture (compile, run and check, profile, ...).
+
+    An optional `holds_device: ClassVar[bool]` (False without it) marks a stage that occupies the
+    device while it runs (timing, profiling): the report counts its wall time as device-seconds.
+    """
 
     name: ClassVar[str]
     config_class: ClassVar[type | None]
     arch: ClassVar[str]
     """The architecture this stage serves."""
     order: ClassVar[int]
-    """Stages run in increasing order; the first non-`StagePassed` result ends the pipeline."""
+    """Stages run in increasing order. `StagePassed` goes on to the next stage; `Measured` too (as
+    `job.measured`, which a later stage may refine and return); any other Evaluation ends the pipeline."""
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
-        """Run this stage on one candidate. Called by the executor, possibly in a thread; the last
-        stage returns the final Evaluation (`Measured` when every check passed)."""
+        """Run this stage on one candidate. Called by the executor, possibly in a thread."""
         ...
 
 

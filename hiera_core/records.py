@@ -249,6 +249,8 @@ class RunManifest:
 class RunStarted:
     run_id: str
     roofline: Roofline | None = None
+    device_stages: list[str] = attrs.field(factory=list)
+    """The evaluation stages that hold the device (`holds_device`): their wall time is device-seconds."""
 
 
 @attrs.frozen(kw_only=True)
@@ -264,6 +266,8 @@ class CandidatesGenerated:
     candidates: list[Candidate]
     notes: list[str] = attrs.field(factory=list)
     """What went wrong while generating (an answer without code, a duplicate, ...)."""
+    wall_s: float = 0.0
+    """Seconds the generation took (OA's requests, in parallel where the backend allows it)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -271,6 +275,8 @@ class CandidateEvaluated:
     candidate: Candidate
     evaluation: Evaluation
     wall_s: float
+    stage_s: dict[str, float] = attrs.field(factory=dict)
+    """Wall seconds per pipeline stage, by name: `space-check`, then each evaluator that ran."""
 
 
 @attrs.frozen(kw_only=True)
@@ -285,7 +291,52 @@ class RunFinished:
     best_candidate_id: str | None
     remeasured: Evaluation | None = None
     """The winner measured again in a fresh process on fresh inputs."""
+    remeasure_stage_s: dict[str, float] = attrs.field(factory=dict)
+    """Wall seconds per pipeline stage of that re-measurement."""
 
 
-Event = RunStarted | PlanMade | CandidatesGenerated | CandidateEvaluated | RoundFinished | RunFinished
+@attrs.frozen(kw_only=True)
+class AgentCalled:
+    """One request to the LLM backend: its place in the run, what it cost, and whether its answer was used."""
+
+    round: int
+    role: str
+    """`ssda`, `spa` or `oa`."""
+    sample: int = 0
+    """Which of the round's OA requests it was."""
+    attempt: int = 1
+    backend: str
+    model: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    """From the backend's price table; None when it has no price for the model."""
+    wall_s: float
+    cached: bool = False
+    """Answered from the run's answer cache: nothing was called and nothing spent."""
+    error: str | None = None
+    """Why the call failed or its answer was unusable (it was then asked again); None when it was used."""
+
+
+@attrs.frozen(kw_only=True)
+class RecordedAnswer:
+    """One file of a run's answer cache, `cache/llm/<key>.json`: a request and the answer it got."""
+
+    schema_version: int = SCHEMA_VERSION
+    backend: str
+    role: str
+    round: int
+    sample: int
+    attempt: int
+    candidates: int
+    prompt: str
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model: str = ""
+    cost_usd: float | None = None
+    truncated: bool = False
+
+
+Event = RunStarted | PlanMade | CandidatesGenerated | CandidateEvaluated | RoundFinished | RunFinished | AgentCalled
 """One line of `trajectory.jsonl`."""

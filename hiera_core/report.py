@@ -81,7 +81,7 @@ def round_rows(events: list[records.Event]) -> list[RoundRow]:
                 round=round_,
                 space=plan.decision.space if plan else ", ".join(spaces) or "-",
                 direction=plan.decision.direction if plan else "-",
-                strategy=plan.strategy.name if plan else ("initial candidate" if round_ == 0 else "unconstrained"),
+                strategy=plan.strategy.name if plan else ("initial candidate" if round_ == 0 else _strategies(batch)),
                 valid=len(latencies),
                 total=sum(1 for c in batch.candidates if c.id in evaluated),
                 round_best_ms=round_best,
@@ -90,6 +90,95 @@ def round_rows(events: list[records.Event]) -> list[RoundRow]:
             )
         )
     return rows
+
+
+def _strategies(batch: records.CandidatesGenerated) -> str:
+    return ", ".join(sorted({c.strategy for c in batch.candidates if c.strategy})) or "-"
+
+
+@attrs.frozen(kw_only=True)
+class CallCosts:
+    """What a set of agent calls cost. Calls answered from the answer cache spent nothing and count
+    only in `calls` and `cached`."""
+
+    calls: int
+    cached: int
+    failed: int
+    """Calls whose answer was unusable or that got none (each was asked again within its attempts)."""
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    unpriced: int
+    """Calls that spent tokens on a model without a price in the backend's table."""
+    wall_s: float
+
+    def describe(self) -> str:
+        money = f"${self.cost_usd:.4f}" + (f" + {self.unpriced} call(s) without a price" if self.unpriced else "")
+        return (
+            f"{self.calls} calls ({self.cached} from the cache, {self.failed} unusable or failed),"
+            f" {self.input_tokens:,} tokens in, {self.output_tokens:,} out, {money}"
+        )
+
+
+def agent_costs(events: list[records.Event], roles: tuple[str, ...] = ("ssda", "spa", "oa")) -> CallCosts:
+    """Totals of the run's `AgentCalled` events of `roles`."""
+    calls = [e for e in events if isinstance(e, records.AgentCalled) and e.role in roles]
+    spent = [e for e in calls if not e.cached]
+    return CallCosts(
+        calls=len(calls),
+        cached=len(calls) - len(spent),
+        failed=sum(1 for e in calls if e.error is not None),
+        input_tokens=sum(e.input_tokens for e in spent),
+        output_tokens=sum(e.output_tokens for e in spent),
+        cost_usd=sum(e.cost_usd for e in spent if e.cost_usd is not None),
+        unpriced=sum(1 for e in spent if e.cost_usd is None and e.input_tokens + e.output_tokens > 0),
+        wall_s=sum(e.wall_s for e in calls),
+    )
+
+
+def _costs_section(events: list[records.Event]) -> list[str]:
+    evaluated = [e for e in events if isinstance(e, records.CandidateEvaluated)]
+    finished = next((e for e in events if isinstance(e, records.RunFinished)), None)
+    started = next((e for e in events if isinstance(e, records.RunStarted)), None)
+    stages: dict[str, float] = {}
+    for stage_s in [e.stage_s for e in evaluated] + ([finished.remeasure_stage_s] if finished else []):
+        for stage, seconds in stage_s.items():
+            stages[stage] = stages.get(stage, 0.0) + seconds
+    generation_s = sum(e.wall_s for e in events if isinstance(e, records.CandidatesGenerated))
+    lines = [
+        "",
+        "## Costs",
+        "",
+        "Wall-clock seconds per stage (evaluation stages summed over candidates and the final re-measurement):",
+        "",
+        "| stage | wall (s) |",
+        "|---|---|",
+        f"| planning (SSDA, SPA) | {agent_costs(events, ('ssda', 'spa')).wall_s:.2f} |",
+        f"| generation (OA) | {generation_s:.2f} |",
+        *(f"| evaluation: {stage} | {seconds:.2f} |" for stage, seconds in stages.items()),
+        "",
+    ]
+    device_stages = started.device_stages if started else []
+    if device_stages:
+        device_s = sum(stages.get(stage, 0.0) for stage in device_stages)
+        lines.append(f"Device-seconds: {device_s:.2f} (the stages that hold the device: {', '.join(device_stages)}).")
+    else:
+        lines.append("Device-seconds: not counted; no evaluation stage of this architecture declares `holds_device`.")
+    lines += [
+        "",
+        "| agent | calls | from cache | unusable or failed | tokens in | tokens out | cost (USD) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, roles in (("SSDA", ("ssda",)), ("SPA", ("spa",)), ("OA", ("oa",)), ("total", ("ssda", "spa", "oa"))):
+        c = agent_costs(events, roles)
+        lines.append(
+            f"| {label} | {c.calls} | {c.cached} | {c.failed} | {c.input_tokens:,} | {c.output_tokens:,} |"
+            f" {c.cost_usd:.4f}{f' + {c.unpriced} unpriced' if c.unpriced else ''} |"
+        )
+    models = sorted({f"{e.model} ({e.backend})" if e.model else e.backend for e in events if isinstance(e, records.AgentCalled)})
+    if models:
+        lines += ["", f"Answered by: {', '.join(models)}. Money comes from the `prices` table of the backend's configuration."]
+    return lines
 
 
 def _ms(value: float | None) -> str:
@@ -114,7 +203,8 @@ def write_report(store: RunStore) -> Path:
         "",
         f"- task: `{manifest.task.name}` ({manifest.task.workload}) — {manifest.task.description}",
         f"- architecture: {run.get('arch')} — {manifest.hardware.get('model', '')}",
-        f"- planner: backend `{run.get('backend')}`, space `{run.get('space')}`, planning {'on' if run.get('planning') else 'off'},"
+        f"- planner: backend `{run.get('backend')}`, strategy `{run.get('strategy', 'hiera')}`, space `{run.get('space')}`,"
+        f" planning {'on' if run.get('planning') else 'off'},"
         f" {run.get('rounds')} rounds × {run.get('population')} candidates",
         f"- created {manifest.created_at}; hiera {manifest.versions.get('hiera', '?')}, Python {manifest.versions.get('python')}",
         "",
@@ -178,6 +268,8 @@ def write_report(store: RunStore) -> Path:
         lines.append(
             f"| {row.budget} | {row.evaluated} | {int(row.fast_0)} | {int(row.fast_1)} | {int(row.fast_2)} | {speedup} |"
         )
+
+    lines += _costs_section(events)
 
     outcomes = Counter(type(e.evaluation).__name__ for e in evaluated)
     lines += ["", "## Candidates", "", "Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())), ""]

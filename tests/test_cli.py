@@ -21,9 +21,9 @@ def test_plugins_lists_every_builtin_with_its_distribution_and_entry_point(hiera
     "args, message",
     [
         (["--workload", "nope"], "unknown workload 'nope' (choose from: stencil2d)"),
-        (["--workload", "stencil2d", "--arch", "tpu"], "unknown architecture 'tpu' (choose from: host"),
+        (["--workload", "stencil2d", "--arch", "tpu"], "unknown architecture 'tpu' (choose from: cuda, host)"),
         (["--workload", "stencil2d", "--space", "anywhere"], "unknown space 'anywhere' (choose from: adaptive, pure_cuda"),
-        (["--workload", "stencil2d", "--backend", "gpt"], "unknown backend 'gpt' (choose from: expert"),
+        (["--workload", "stencil2d", "--backend", "gpt"], "unknown backend 'gpt' (choose from: exchange, expert, openai, replay)"),
     ],
 )
 def test_an_unknown_name_gets_one_line_with_the_choices_and_exit_code_2(hiera, args, message):
@@ -45,7 +45,7 @@ def test_a_table_for_a_plugin_that_is_not_installed_is_an_error(hiera, tmp_path)
     (tmp_path / "hiera.toml").write_text("[arch.gpu9000]\ncc = 'x'\n")
     done = hiera("config", "show")
     assert done.returncode == 2
-    assert "no arch named 'gpu9000' (known: host)" in done.stderr
+    assert "no arch named 'gpu9000' (known: cuda, host)" in done.stderr
 
 
 def test_config_show_prints_what_is_in_force(hiera, tmp_path):

@@ -47,8 +47,10 @@ class HostArchitecture:
         return {"cc": self.config.cc, "version": _compiler_version(self.config.cc), "cflags": list(self.config.cflags)}
 
     @functools.cache
-    def peaks(self) -> tuple[float, float]:
+    def peaks(self, dtype: str) -> tuple[float, float]:
         """Copy bandwidth and FP64 FMA rate over all cores, measured by a small C program."""
+        if dtype != "float64":
+            raise ValueError(f"the host architecture measures float64 peaks only, not {dtype}")
         with tempfile.TemporaryDirectory(prefix="hiera-peaks-") as tmp:
             source = Path(tmp) / "peaks.c"
             source.write_text(resources.files(__package__).joinpath("peaks.c").read_text())

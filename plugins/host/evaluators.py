@@ -3,10 +3,8 @@ profile in an isolated worker process)."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
-import sys
 import threading
 import time
 from typing import Any, ClassVar
@@ -14,9 +12,8 @@ from typing import Any, ClassVar
 import attrs
 
 from hiera_core import EvalJob, StagePassed
-from hiera_core.isolation import describe_exit, run_isolated
-from hiera_core.records import CompileFailed, Crashed, Evaluation, Incorrect, Measured, Profile, TimedOut
-from hiera_core.serialization import to_dict
+from hiera_core.isolation import run_worker
+from hiera_core.records import CompileFailed, Evaluation, Measured, Profile
 
 from hiera_plugins.host.architecture import cpu_cores
 
@@ -74,38 +71,21 @@ class HostRun:
     config_class: ClassVar[type] = HostRunConfig
     arch: ClassVar[str] = "host"
     order: ClassVar[int] = 20
+    holds_device: ClassVar[bool] = True
 
     def __init__(self, config: HostRunConfig) -> None:
         self.config = config
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
         request = {
-            "workload_factory": job.workload_factory,
-            "workload_config": job.workload_config,
-            "task": to_dict(job.task),
-            "library": job.artifacts["library"],
+            **job.worker_request(),
             "remeasure": job.remeasure,
             "timing": attrs.asdict(self.config),
         }
-        with _TIMING_LOCK:
-            result = run_isolated(
-                [sys.executable, "-m", "hiera_plugins.host.worker"],
-                cwd=job.workdir / "scratch",
-                timeout_s=self.config.timeout_s,
-                stdin=json.dumps(request),
-            )
-        (job.workdir / "worker.log").write_text(result.stderr)
-        if result.timed_out:
-            return TimedOut(limit_s=self.config.timeout_s)
-        lines = result.stdout.strip().splitlines()
-        if result.returncode != 0 or not lines:
-            tail = result.stderr.strip().splitlines()[-3:]
-            return Crashed(reason=f"{describe_exit(result.returncode)}{': ' + ' | '.join(tail) if tail else ''}")
-        answer = json.loads(lines[-1])
-        if answer["kind"] == "incorrect":
-            return Incorrect(reason=answer["reason"], max_abs_error=answer.get("max_abs_error"))
-        if answer["kind"] == "crashed":
-            return Crashed(reason=answer["reason"])
+        answer = run_worker("hiera_plugins.host.worker", request, workdir=job.workdir, timeout_s=self.config.timeout_s,
+                            device_lock=_TIMING_LOCK)
+        if not isinstance(answer, dict):
+            return answer
         return self._measured(job, answer)
 
     def _measured(self, job: EvalJob, answer: dict[str, Any]) -> Measured:

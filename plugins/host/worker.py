@@ -28,17 +28,19 @@ from typing import Any
 import numpy as np
 
 from hiera_core.config import structure
+from hiera_core.isolation import wait_for_go
 from hiera_core.records import Task
 from hiera_core.serialization import from_dict
 
 
 def main() -> None:
-    request = json.loads(sys.stdin.read())
+    request = json.loads(sys.stdin.readline())
     module, _, qualname = request["workload_factory"].partition(":")
     workload_cls = getattr(importlib.import_module(module), qualname)
     config = structure(request["workload_config"], workload_cls.config_class, where="worker") if workload_cls.config_class else None
     task = from_dict(request["task"], Task)
     harness = workload_cls(config).harness(task, "host")
+    wait_for_go()
     print(json.dumps(evaluate(harness, request)), flush=True)
 
 

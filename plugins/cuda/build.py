@@ -1,0 +1,153 @@
+"""Building a cuda candidate as a PyTorch extension, in its own process, into a content-addressed cache.
+
+The parent side (`build_candidate`) decides the cache key and runs `python -m hiera_plugins.cuda.build`
+in an isolated process; that side calls `torch.utils.cpp_extension.load` with `-Xptxas -v`, so the
+record gets each kernel's registers, shared memory and spills. An identical candidate (same source,
+contract and toolchain) is a cache hit and never recompiles.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from hiera_core import EvalJob
+from hiera_core.isolation import describe_exit, run_isolated
+from hiera_core.records import content_id
+
+BINDING = "cpp_source.cpp"
+"""The contract file that declares what `cuda_source.cu` defines and binds it to Python."""
+
+
+@attrs.frozen(kw_only=True)
+class BuildResult:
+    library: Path | None
+    """The built extension module, or None when the build failed."""
+    log: str
+    seconds: float
+    cache_hit: bool
+    resources: dict[str, dict[str, int]] = attrs.field(factory=dict)
+    """Per kernel: registers, shared_bytes, stack_bytes, spill_store_bytes, spill_load_bytes."""
+
+
+def cache_key(job: EvalJob) -> str:
+    files = [f"{name}\n{text}" for name, text in sorted(job.contract.files.items())]
+    return content_id(job.candidate.source, *files, json.dumps(job.toolchain, sort_keys=True))
+
+
+def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
+    key = cache_key(job)
+    build_dir = Path(job.toolchain["cache_dir"]) / key
+    build_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with open(build_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two workers building the same candidate build it once
+        done = build_dir / "build.json"
+        if done.is_file():
+            record = json.loads(done.read_text())
+            if record["library"] is None or Path(record["library"]).is_file():
+                return BuildResult(
+                    library=Path(record["library"]) if record["library"] else None,
+                    log=record["log"],
+                    seconds=time.perf_counter() - started,
+                    cache_hit=True,
+                    resources=record["resources"],
+                )
+        (build_dir / "cuda_source.cu").write_text(job.candidate.source)
+        for name, text in job.contract.files.items():
+            (build_dir / name).write_text(text)
+        request = {
+            "name": f"hiera_{key}",
+            "build_dir": str(build_dir),
+            "sources": [str(build_dir / BINDING), str(build_dir / "cuda_source.cu")],
+            "cuda_cflags": [*job.toolchain["cuda_cflags"], "-Xptxas", "-v"],
+            "include_paths": job.toolchain.get("include_paths", []),
+        }
+        env = {"CUDA_HOME": job.toolchain["cuda_home"], "TORCH_CUDA_ARCH_LIST": job.toolchain["arch_list"], "MAX_JOBS": "2"}
+        result = run_isolated(
+            [sys.executable, "-m", "hiera_plugins.cuda.build"], cwd=build_dir, timeout_s=timeout_s,
+            stdin=json.dumps(request), env_extra=env,
+        )
+        log = result.stdout + result.stderr
+        if result.timed_out:
+            log += f"\nthe build was killed after {timeout_s:.0f} s"
+        elif result.returncode != 0 and "error" not in log.lower():
+            log += f"\nthe build process ended with {describe_exit(result.returncode)}"
+        library = None
+        if result.returncode == 0:
+            library = next(build_dir.glob(f"hiera_{key}*.so"), None)
+        record = {"library": str(library) if library else None, "log": log, "resources": parse_ptxas(log)}
+        if not result.timed_out:  # a time-out may be the machine's fault: try again next time
+            done.write_text(json.dumps(record))
+        return BuildResult(
+            library=library, log=log, seconds=time.perf_counter() - started, cache_hit=False, resources=record["resources"]
+        )
+
+
+def compiler_errors(log: str, limit: int = 4000) -> str:
+    """The lines of a build log a person (or the next prompt) needs: errors with a little context."""
+    lines = log.splitlines()
+    keep = [i for i, line in enumerate(lines) if re.search(r"\berror\b|undefined reference|fatal", line, re.I)]
+    if not keep:
+        return log[-limit:]
+    picked = sorted({j for i in keep for j in range(i, min(i + 3, len(lines)))})
+    return "\n".join(lines[j] for j in picked)[:limit]
+
+
+def parse_ptxas(log: str) -> dict[str, dict[str, int]]:
+    """Per-kernel resources from `ptxas info` lines (registers, shared memory, stack, spills)."""
+    kernels: dict[str, dict[str, int]] = {}
+    current = None
+    for line in log.splitlines():
+        if m := re.search(r"(?:Compiling entry function|Function properties for) '?([\w$]+)'?", line):
+            current = _demangle(m.group(1))
+            kernels.setdefault(current, {})
+        elif current and (m := re.search(r"Used (\d+) registers", line)):
+            kernels[current]["registers"] = int(m.group(1))
+            if s := re.search(r"(\d+) bytes smem", line):
+                kernels[current]["shared_bytes"] = int(s.group(1))
+        elif current and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)):
+            kernels[current].update(
+                stack_bytes=int(m.group(1)), spill_store_bytes=int(m.group(2)), spill_load_bytes=int(m.group(3))
+            )
+    return {name: values for name, values in kernels.items() if values}
+
+
+def _demangle(symbol: str) -> str:
+    try:
+        out = subprocess.run(["c++filt", symbol], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return symbol
+    return out.split("(")[0] or symbol
+
+
+def main() -> None:
+    """The isolated build process: read the request on stdin, build, exit non-zero on failure."""
+    request: dict[str, Any] = json.loads(sys.stdin.read())
+    from torch.utils.cpp_extension import load
+
+    try:
+        load(
+            name=request["name"],
+            sources=request["sources"],
+            extra_cflags=["-O3"],
+            extra_cuda_cflags=request["cuda_cflags"],
+            extra_include_paths=request["include_paths"],
+            build_directory=request["build_dir"],
+            verbose=True,
+        )
+    except Exception as exc:  # the compiler's diagnostics are in the message
+        print(str(exc), file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Checks that need no GPU: known evaluation hacks in the source, and library calls in the built binary.
+
+Source patterns answer eval.md §3 (streams escaping the timer, threads finishing work later, reaching
+into Python to patch timers or the reference, static result caches, exception fallbacks, lower
+precision in a higher-precision contract). Symbol checks are the second of the three space checks:
+what the shared object actually imports (cuBLAS, cuDNN, ATen operators beyond allocation).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+HACKS: list[tuple[str, str]] = [
+    (r"\bcudaStreamCreate\w*\s*\(|getStreamFromPool|\bcudaStreamNonBlocking\b|\bStreamCreate\b",
+     "creates its own CUDA stream (work could escape the timer)"),
+    (r"\bstd::(thread|async|jthread)\b|\bpthread_create\b", "starts a thread (work could finish after the timer)"),
+    (r"\bpy::module_?::import\b|\bPyImport_\w+|\bPyRun_\w+|\bpy::exec\b|\bpy::eval\b|\bPyObject_SetAttr",
+     "reaches into the Python interpreter (timers and the reference must stay out of reach)"),
+    (r"\bstatic\s+(?:const\s+)?(?:torch|at)::Tensor\b|\bstatic\s+std::(?:unordered_)?map\s*<",
+     "keeps tensors in static storage across calls (a result cache)"),
+    (r"\bcatch\s*\(", "catches exceptions (a fallback path can hide there)"),
+    (r"\b(?:setenv|putenv|system|popen|fork|execv\w*)\s*\(", "touches the process environment or spawns programs"),
+]
+"""(pattern, reason) for hacks every cuda candidate is checked against."""
+
+LOWER_PRECISION = (
+    r"\b__half2?\b|\bhalf2?\b|__float2half|__nv_bfloat16|\bkHalf\b|\bkBFloat16\b|\bat::Half\b|\bc10::Half\b|"
+    r"__float2bfloat16|\bwmma::precision::tf32\b|\.tf32\b|__float_to_tf32"
+)
+"""Types and intrinsics below FP32; a float32 or float64 contract does not admit them."""
+
+LIBRARY_SYMBOLS = re.compile(r"^(cublas|cublasLt|cudnn|cufft|cusparse|cusolver|curand|nccl)\w*", re.M)
+ALLOWED_OPS = {
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "fill_", "zero_", "view",
+    "reshape", "_reshape_alias", "contiguous", "as_strided", "resize_", "detach", "alias", "_to_copy", "to", "copy_",
+    "lift_fresh", "size", "stride", "sym_size", "sym_stride", "is_contiguous",
+}
+"""ATen operators every space admits: allocation, copies and views, no computation."""
+OVERLOAD = re.compile(r"_(memory_format|names|out|Tensor|Scalar|dtype|device|dtype_layout|other|int|symint|src|self)$")
+"""The overload suffix of an `at::_ops` name (`empty_memory_format` is the `empty` operator)."""
+LIBRARY_KERNELS = re.compile(r"cublas|cutlass|cudnn|xmma|gemm|gemv|cufft|at::native|void at::|sm90_", re.I)
+"""Kernel names that come from vendor libraries or ATen, not from the candidate."""
+
+
+def _code(source: str) -> str:
+    return re.sub(r"//[^\n]*|/\*.*?\*/", "", source, flags=re.S)
+
+
+def hack_in_source(source: str, dtype: str) -> str | None:
+    """Why the source looks like a known evaluation hack, or None."""
+    code = _code(source)
+    for pattern, reason in HACKS:
+        if match := re.search(pattern, code):
+            return f"{reason}: `{match.group(0).strip()}` on line {code[: match.start()].count(chr(10)) + 1}"
+    if dtype in ("float32", "float64") and (match := re.search(LOWER_PRECISION, code)):
+        return f"uses a type below {dtype} (`{match.group(0)}`) in a {dtype} contract"
+    return None
+
+
+def imported_symbols(library: Path) -> list[str]:
+    """Undefined dynamic symbols of a shared object, demangled (`nm -D -C --undefined-only`)."""
+    out = subprocess.run(["nm", "-D", "-C", "--undefined-only", str(library)], capture_output=True, text=True, timeout=60)
+    return [parts[1] for line in out.stdout.splitlines() if len(parts := line.strip().split(None, 1)) == 2]
+
+
+def library_calls(symbols: list[str]) -> list[str]:
+    """Vendor-library functions the binary calls."""
+    return sorted({s for s in symbols if LIBRARY_SYMBOLS.match(s)})
+
+
+def aten_compute_calls(symbols: list[str]) -> list[str]:
+    """ATen operators beyond allocation and views that the binary calls (`at::_ops::<op>::call`)."""
+    ops = {m.group(1) for s in symbols if (m := re.match(r"at::_ops::(\w+)::(?:call|redispatch)", s))}
+    return sorted(op for op in ops if op not in ALLOWED_OPS and OVERLOAD.sub("", op) not in ALLOWED_OPS)
+
+
+def binary_space_violation(library: Path, space_rank: int) -> str | None:
+    """Rank 0 (pure_cuda) admits neither vendor libraries nor ATen compute; rank 1 admits libraries only."""
+    symbols = imported_symbols(library)
+    aten = aten_compute_calls(symbols)
+    libraries = library_calls(symbols)
+    if space_rank == 0 and libraries:
+        return f"the built library calls {', '.join(libraries[:4])}, which this space does not admit"
+    if space_rank <= 1 and aten:
+        return f"the built library calls ATen operators {', '.join(aten[:4])}, which this space does not admit"
+    return None
+
+
+def runtime_space_violation(kernels: list[str], ops: list[str], space_rank: int) -> str | None:
+    """Rank 0 runs only the candidate's own kernels and allocation; rank 1 adds library kernels."""
+    compute_ops = [op for op in ops if op not in ALLOWED_OPS]
+    if space_rank <= 1 and compute_ops:
+        return f"it ran ATen operators {', '.join(compute_ops[:4])}, which this space does not admit"
+    library = [k for k in kernels if LIBRARY_KERNELS.search(k)]
+    if space_rank == 0 and library:
+        return f"it launched library kernels ({library[0][:80]}), which this space does not admit"
+    return None

@@ -1,0 +1,206 @@
+"""The cuda evaluation stages, in order: `cuda-static` (hack patterns), `cuda-compile` (extension build,
+binary space check), `cuda-run` (correctness, latency, runtime space check, in a fresh process) and
+`cuda-profile` (Nsight Compute on one call). Each is a plugin of its own and can be replaced."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+
+from hiera_core import EvalJob, StagePassed
+from hiera_core.isolation import describe_exit, run_isolated, run_worker
+from hiera_core.records import CompileFailed, Evaluation, Measured, Profile, StaticRejected
+
+from hiera_plugins.cuda import checks, profile
+from hiera_plugins.cuda.build import build_candidate, compiler_errors
+
+
+@contextlib.contextmanager
+def gpu_lock(device: int):
+    """One candidate on a GPU at a time, across threads and hiera processes."""
+    with open(Path(tempfile.gettempdir()) / f"hiera-gpu-{device}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _dtype(job: EvalJob) -> str:
+    return str(job.task.params.get("dtype", "float32"))
+
+
+class CudaStatic:
+    name: ClassVar[str] = "cuda-static"
+    config_class: ClassVar[type | None] = None
+    arch: ClassVar[str] = "cuda"
+    order: ClassVar[int] = 5
+
+    def __init__(self, config: None) -> None:
+        pass
+
+    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+        reason = checks.hack_in_source(job.candidate.source, _dtype(job))
+        return StaticRejected(reason=reason) if reason else StagePassed(job=job)
+
+
+@attrs.frozen(kw_only=True)
+class CudaCompileConfig:
+    timeout_s: float = 600.0
+
+
+class CudaCompile:
+    name: ClassVar[str] = "cuda-compile"
+    config_class: ClassVar[type] = CudaCompileConfig
+    arch: ClassVar[str] = "cuda"
+    order: ClassVar[int] = 10
+
+    def __init__(self, config: CudaCompileConfig) -> None:
+        self.config = config
+
+    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+        build = build_candidate(job, timeout_s=self.config.timeout_s)
+        (job.workdir / "build.log").write_text(build.log)
+        (job.workdir / "resources.json").write_text(json.dumps(build.resources, indent=1))
+        if build.library is None:
+            return CompileFailed(log=compiler_errors(build.log), compile_s=build.seconds)
+        violation = checks.binary_space_violation(build.library, job.space_rank)
+        if violation:
+            return StaticRejected(reason=f"{job.candidate.space}: {violation}")
+        return StagePassed(
+            job=attrs.evolve(
+                job,
+                artifacts={**job.artifacts, "library": str(build.library), "cache_hit": str(build.cache_hit),
+                           "resources": json.dumps(build.resources)},
+                compile_s=build.seconds,
+            )
+        )
+
+
+@attrs.frozen(kw_only=True)
+class CudaRunConfig:
+    device: int = 0
+    timeout_s: float = 300.0
+    """The worker (all checks and timing) is killed after this long and the candidate recorded as timed out."""
+    repeats: int = 100
+    """Timed calls of the candidate."""
+    input_sets: int = 3
+    """Input sets the timed calls rotate over (different storage and values)."""
+    min_reference_repeats: int = 5
+    reference_budget_s: float = 3.0
+    """The reference is timed interleaved with the candidate until it has this much GPU time (and at least
+    `min_reference_repeats` calls): a slow reference should not dominate evaluation."""
+    max_speedup: float = 100.0
+    """Speedups over the reference beyond this are flagged, not celebrated."""
+
+
+class CudaRun:
+    name: ClassVar[str] = "cuda-run"
+    config_class: ClassVar[type] = CudaRunConfig
+    arch: ClassVar[str] = "cuda"
+    order: ClassVar[int] = 20
+    holds_device: ClassVar[bool] = True
+
+    def __init__(self, config: CudaRunConfig) -> None:
+        self.config = config
+
+    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+        request = {
+            **job.worker_request(), "device": self.config.device,
+            "remeasure": job.remeasure,
+            "timing": {k: getattr(self.config, k) for k in ("repeats", "input_sets", "min_reference_repeats", "reference_budget_s")},
+        }
+        answer = run_worker("hiera_plugins.cuda.worker", request, workdir=job.workdir, timeout_s=self.config.timeout_s,
+                            device_lock=gpu_lock(self.config.device))
+        if not isinstance(answer, dict):
+            return answer
+        violation = checks.runtime_space_violation(answer["kernels"], answer["aten_ops"], job.space_rank)
+        if violation:
+            return StaticRejected(reason=f"{job.candidate.space}: {violation}")
+        return self._measured(job, answer)
+
+    def _measured(self, job: EvalJob, answer: dict[str, Any]) -> Measured:
+        latency, reference = answer["latency_ms"], answer["reference_latency_ms"]
+        flags = []
+        if job.roofline is not None and latency < 0.9 * job.roofline.floor_ms:
+            flags.append(f"{latency:.4f} ms is below 90% of the roofline floor {job.roofline.floor_ms:.4f} ms: physically implausible")
+        if reference / latency > self.config.max_speedup:
+            flags.append(f"speedup {reference / latency:.0f}x over the reference exceeds the plausibility bound {self.config.max_speedup:.0f}x")
+        return Measured(
+            latency_ms=latency,
+            latency_p10_ms=answer["latency_p10_ms"],
+            latency_p90_ms=answer["latency_p90_ms"],
+            repeats=answer["repeats"],
+            reference_latency_ms=reference,
+            max_abs_error=answer["max_abs_error"],
+            checks=answer["checks"],
+            compile_s=job.compile_s,
+            profile=fallback_profile("not profiled yet", job, latency),
+            flags=flags,
+        )
+
+
+@attrs.frozen(kw_only=True)
+class CudaProfileConfig:
+    device: int = 0
+    enabled: bool = True
+    ncu: str = ""
+    """Path of the ncu binary; empty means search PATH and the usual install folders."""
+    timeout_s: float = 300.0
+
+
+class CudaProfile:
+    name: ClassVar[str] = "cuda-profile"
+    config_class: ClassVar[type] = CudaProfileConfig
+    arch: ClassVar[str] = "cuda"
+    order: ClassVar[int] = 30
+    holds_device: ClassVar[bool] = True
+
+    def __init__(self, config: CudaProfileConfig) -> None:
+        self.config = config
+
+    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+        measured = job.measured
+        if measured is None or job.remeasure:
+            return StagePassed(job=job)
+        ncu = self.config.ncu or profile.find_ncu()
+        if not self.config.enabled or ncu is None:
+            why = "profiling is disabled ([evaluator.cuda-profile] enabled = false)" if not self.config.enabled else "ncu not found"
+            return attrs.evolve(measured, profile=fallback_profile(why, job, measured.latency_ms))
+        range_name = "hiera_profile"
+        request = {**job.worker_request(), "device": self.config.device, "profile": True, "nvtx_range": range_name}
+        command = profile.ncu_command([sys.executable, "-m", "hiera_plugins.cuda.worker"], ncu=ncu, nvtx_range=range_name)
+        with gpu_lock(self.config.device):
+            result = run_isolated(command, cwd=job.workdir / "scratch", timeout_s=self.config.timeout_s, stdin=json.dumps(request))
+        (job.workdir / "ncu.log").write_text(result.stdout[-200_000:] + result.stderr[-20_000:])
+        problem = "ncu timed out" if result.timed_out else profile.permission_problem(result.stdout + result.stderr)
+        kernels = [] if problem else profile.parse_ncu_csv(result.stdout)
+        if problem or not kernels:
+            why = problem or f"ncu reported no kernel in the NVTX range ({describe_exit(result.returncode or 0)})"
+            return attrs.evolve(measured, profile=fallback_profile(why, job, measured.latency_ms))
+        summary = profile.summarize(kernels, latency_ms=measured.latency_ms, roofline=job.roofline, sm_count=_sm_count(job))
+        return attrs.evolve(measured, profile=summary)
+
+
+def _sm_count(job: EvalJob) -> int:
+    return int(job.toolchain.get("sms", 132))
+
+
+def fallback_profile(why: str, job: EvalJob, latency_ms: float) -> Profile:
+    """Without counters, planning still gets the floor fractions from the measured latency."""
+    signals = {}
+    if job.roofline is not None:
+        signals = {
+            "memory_floor_fraction": min(1.0, job.roofline.memory_floor_ms / latency_ms),
+            "compute_floor_fraction": min(1.0, job.roofline.compute_floor_ms / latency_ms),
+        }
+    return Profile(source="cuda-events", signals=signals, unavailable=why)
+
+

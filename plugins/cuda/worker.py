@@ -1,0 +1,291 @@
+"""The cuda worker: one fresh process per candidate. Reads a JSON request on stdin, prints one JSON answer.
+
+Order matters for honesty (eval.md §3, §4):
+1. every reference output (correctness cases, the timing input sets, and values written later into the
+   timing inputs in place) is computed in FP64, without TF32, before the candidate's library is loaded;
+2. each correctness case runs with a NaN-poisoned allocator, pristine input copies, and checks that the
+   output is exactly a torch.Tensor of the right shape, dtype and device, aliases no input, and that no
+   input changed;
+3. timing: a 256 MiB L2 flush before every call, CUDA events with a device-wide synchronize before the
+   end event, rotating input sets, candidate and reference interleaved; then the timed outputs and a
+   call on inputs rewritten in place (same pointers, new values) are checked again;
+4. the thread count and the timer functions must be as they were before the candidate was loaded;
+5. one call under the profiler and a dispatcher log: the kernels and ATen operators it really ran.
+
+The workload's harness (`Workload.harness(task, "cuda")`) supplies the semantics:
+
+    entry (the bound function), dtype, distributions, tolerance -> (rtol, atol); an element passes when
+        |out - ref| <= atol * max(1, rms(ref)) + rtol * |ref|
+    correctness_cases(remeasure) -> [case dict with "label"], seeds(remeasure) -> (int, ...)
+    make_inputs(case, seed, distribution) -> [Tensor, ...] on the GPU (positional arguments)
+    reference(case, inputs) -> Tensor (FP64), baseline(inputs) -> Tensor (the timed PyTorch reference)
+    timing_case() -> case
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+STARTED = time.perf_counter()
+
+import torch  # noqa: E402
+
+from hiera_core.config import structure
+from hiera_core.isolation import wait_for_go
+from hiera_core.records import Task
+from hiera_core.serialization import from_dict
+
+
+OS_THREAD_SLACK = 4
+"""OS threads the CUDA runtime may add on its own while a candidate runs (module loading, event pools)."""
+
+
+class Rejected(Exception):
+    """A check failed: the candidate is incorrect (not crashed)."""
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.readline())
+    module, _, qualname = request["workload_factory"].partition(":")
+    workload_cls = getattr(importlib.import_module(module), qualname)
+    config = structure(request["workload_config"], workload_cls.config_class, where="worker") if workload_cls.config_class else None
+    harness = workload_cls(config).harness(from_dict(request["task"], Task), "cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_num_threads(1)  # the harness's CPU work needs no thread pool, and a pool would blur the thread check
+    torch.cuda.set_device(request["device"])
+    if request.get("profile"):  # under ncu, which the parent runs while holding the GPU
+        profile_one_call(harness, request)
+        return
+    torch.cuda.init()
+    print(f"phases: {json.dumps({'start_to_ready': round(time.perf_counter() - STARTED, 3)})}", file=sys.stderr, flush=True)
+    wait_for_go()
+    try:
+        answer = evaluate(harness, request)
+    except Rejected as exc:
+        answer = {"kind": "incorrect", "reason": str(exc)}
+    except (RuntimeError, TypeError, ValueError) as exc:  # a CUDA error, a wrong signature, ...
+        answer = {"kind": "crashed", "reason": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:400]}"}
+    print(json.dumps(answer), flush=True)
+
+
+def load_candidate(path: str):
+    name = os.path.basename(path).split(".")[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
+    phases = Phases()
+    remeasure, timing = request["remeasure"], request["timing"]
+    seeds = harness.seeds(remeasure)
+    cases = []
+    for case in harness.correctness_cases(remeasure):
+        for seed in seeds:
+            for distribution in harness.distributions:
+                inputs = harness.make_inputs(case, seed, distribution)
+                cases.append((case, seed, distribution, inputs, harness.reference(case, inputs).cpu()))
+    timing_case = harness.timing_case()
+    timing_sets = []
+    for k in range(timing["input_sets"]):
+        inputs = harness.make_inputs(timing_case, seeds[-1] + 1000 + k, harness.distributions[k % len(harness.distributions)])
+        timing_sets.append((inputs, harness.reference(timing_case, inputs).cpu()))
+    rewrite = harness.make_inputs(timing_case, seeds[-1] + 2000, harness.distributions[0])
+    rewrite_reference = harness.reference(timing_case, rewrite).cpu()
+    flush = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device="cuda")
+    baseline = harness.baseline
+    _timed(flush, lambda: baseline(timing_sets[0][0]))  # the harness's own threads exist before the candidate's
+    timers = _timer_identity()
+    threads_before = threading.active_count(), _os_threads()
+
+    phases.mark("references")
+    fn = getattr(load_candidate(request["library"]), harness.entry)  # the candidate enters the process only now
+    phases.mark("load")
+    rtol, atol = harness.tolerance
+    checks, max_error = [], 0.0
+    for case, seed, distribution, inputs, reference in cases:
+        label = f"{case['label']} seed {seed} {distribution}"
+        max_error = max(max_error, _checked_call(fn, inputs, reference, harness.dtype, rtol, atol, label))
+        checks.append(label)
+
+    phases.mark("correctness")
+    for inputs, _ in timing_sets:  # warm-up
+        fn(*inputs)
+        baseline(inputs)
+    torch.cuda.synchronize()
+    times, reference_times, outputs = [], [], {}
+    reference_budget_s = timing["reference_budget_s"]
+    spent = 0.0
+    for trial in range(timing["repeats"]):
+        k = trial % len(timing_sets)
+        inputs = timing_sets[k][0]
+        elapsed, out = _timed(flush, lambda: fn(*inputs))
+        times.append(elapsed)
+        outputs[k] = out
+        if len(reference_times) < timing["min_reference_repeats"] or spent < reference_budget_s * 1e3:
+            elapsed, _ = _timed(flush, lambda: baseline(inputs))
+            reference_times.append(elapsed)
+            spent += elapsed
+    for k, (inputs, reference) in enumerate(timing_sets):
+        _compare(outputs[k], reference, harness.dtype, rtol, atol, f"timed call on input set {k}")
+    target = timing_sets[0][0]
+    for tensor, new in zip(target, rewrite):
+        tensor.copy_(new)
+    _checked_call(fn, target, rewrite_reference, harness.dtype, rtol, atol, "inputs rewritten in place")
+    torch.cuda.synchronize()
+
+    phases.mark("timing")
+    if _timer_identity() != timers:
+        raise Rejected("the timing functions were replaced while the candidate ran")
+    threads_after = threading.active_count(), _os_threads()
+    if threads_after[0] > threads_before[0] or threads_after[1] > threads_before[1] + OS_THREAD_SLACK:
+        raise Rejected(f"the candidate left threads running ({threads_before} -> {threads_after} Python/OS threads)")
+    kernels, ops = _runtime_calls(fn, timing_sets[0][0])
+    phases.mark("runtime_check")
+    print(f"phases: {json.dumps(phases.seconds)}", file=sys.stderr, flush=True)
+    return {
+        "kind": "measured",
+        "latency_ms": statistics.median(times),
+        "latency_p10_ms": _quantile(times, 0.1),
+        "latency_p90_ms": _quantile(times, 0.9),
+        "repeats": len(times),
+        "reference_latency_ms": statistics.median(reference_times),
+        "reference_repeats": len(reference_times),
+        "max_abs_error": max_error,
+        "checks": checks,
+        "threads": [threads_before, threads_after],
+        "kernels": kernels,
+        "aten_ops": ops,
+    }
+
+
+class Phases:
+    """Wall time of each phase, printed to the worker's log: where a candidate's evaluation time goes."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self.last, 3)
+        self.last = now
+
+
+def _timed(flush: torch.Tensor, call) -> tuple[float, Any]:
+    flush.zero_()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    out = call()
+    torch.cuda.synchronize()  # device-wide: work on any stream is inside the interval
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end), out
+
+
+def _checked_call(fn, inputs, reference, dtype, rtol, atol, label) -> float:
+    pristine = [t.clone() for t in inputs]
+    poison = torch.empty(max(sum(t.numel() * t.element_size() for t in inputs), reference.numel() * 8) * 2,
+                         dtype=torch.uint8, device="cuda")
+    poison.fill_(0xFF)  # all-ones bytes are NaN in every float type: uninitialised outputs fail
+    del poison
+    out = fn(*inputs)
+    torch.cuda.synchronize()
+    if type(out) is not torch.Tensor:
+        raise Rejected(f"{label}: the output is a {type(out).__module__}.{type(out).__qualname__}, not exactly a torch.Tensor")
+    for i, (tensor, copy) in enumerate(zip(inputs, pristine)):
+        if _overlaps(out, tensor):
+            raise Rejected(f"{label}: the output shares memory with input {i}")
+        if not torch.equal(tensor, copy):
+            raise Rejected(f"{label}: input {i} was modified")
+    return _compare(out, reference, dtype, rtol, atol, label)
+
+
+def _compare(out, reference, dtype, rtol, atol, label) -> float:
+    if out.device.type != "cuda":
+        raise Rejected(f"{label}: the output is on {out.device}, not the GPU")
+    if str(out.dtype) != f"torch.{dtype}":
+        raise Rejected(f"{label}: the output dtype is {out.dtype}, the contract says {dtype}")
+    if tuple(out.shape) != tuple(reference.shape):
+        raise Rejected(f"{label}: output shape {tuple(out.shape)}, expected {tuple(reference.shape)}")
+    got = out.detach().double().cpu()
+    if not torch.isfinite(got).all():
+        raise Rejected(f"{label}: non-finite values in the output (never written?)")
+    diff = (got - reference).abs()
+    scale = max(1.0, float(reference.pow(2).mean().sqrt())) if reference.numel() else 1.0
+    bound = atol * scale + rtol * reference.abs()  # atol is relative to the output's RMS magnitude
+    if (diff > bound).any():
+        where = tuple(int(i) for i in torch.nonzero(diff > bound)[0])
+        raise Rejected(
+            f"{label}: max abs error {diff.max().item():.3g} (at {where}: got {got[where].item():.6g},"
+            f" expected {reference[where].item():.6g}; rtol {rtol:g}, atol {atol:g})"
+        )
+    return float(diff.max().item()) if diff.numel() else 0.0
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    sa, sb = a.untyped_storage(), b.untyped_storage()
+    a0, b0 = sa.data_ptr(), sb.data_ptr()
+    return a0 < b0 + sb.nbytes() and b0 < a0 + sa.nbytes() and sa.nbytes() > 0 and sb.nbytes() > 0
+
+
+def _timer_identity() -> tuple[int, ...]:
+    return tuple(map(id, (torch.cuda.Event.record, torch.cuda.Event.elapsed_time, torch.cuda.synchronize,
+                          torch.cuda.Event.synchronize, time.perf_counter, torch.equal, torch.Tensor.abs)))
+
+
+def _os_threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _runtime_calls(fn, inputs) -> tuple[list[str], list[str]]:
+    """The GPU kernels and ATen operators one call really ran (the runtime space check reads them)."""
+    from torch.profiler import ProfilerActivity, profile
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops: set[str] = set()
+
+    class OpLog(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ops.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof, OpLog():
+        fn(*inputs)
+        torch.cuda.synchronize()
+    kernels = sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+    return kernels, sorted(ops)
+
+
+def profile_one_call(harness: Any, request: dict[str, Any]) -> None:
+    """For Nsight Compute: an unprofiled warm-up, then exactly one call inside the NVTX range."""
+    inputs = harness.make_inputs(harness.timing_case(), harness.seeds(False)[0], harness.distributions[0])
+    fn = getattr(load_candidate(request["library"]), harness.entry)
+    fn(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(request["nvtx_range"])
+    fn(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""Hostile cuda candidates for the tinyops tasks, one per known evaluation hack (eval.md §3), with the
+outcome the evaluator must give each: (task, space, source, outcome kind, words the reason must hold)."""
+
+HEAD = "#include <torch/extension.h>\n"
+ELEMENTWISE = r"""
+__global__ void scale_add(const float* x, const float* b, float* y, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i] + b[i];
+}
+"""
+LAUNCH = "scale_add<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>(), n);"
+
+CANDIDATES = {
+    # (a) reuse a cached result: computes once, then returns the same tensor
+    "cached-result": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+torch::Tensor cache;
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    if (cache.defined() && cache.numel() == x.numel()) return cache;
+    auto y = torch::empty_like(x); long n = x.numel();
+    """ + LAUNCH + r"""
+    cache = y; return y;
+}""", "incorrect", "max abs error"),
+    # (b) modify an input
+    "zeroes-input": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    auto y = torch::empty_like(x); long n = x.numel();
+    """ + LAUNCH + r"""
+    cudaMemsetAsync(b.data_ptr<float>(), 0, n * sizeof(float));
+    return y;
+}""", "incorrect", "was modified"),
+    # (c) compute on a side stream
+    "side-stream": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    auto y = torch::empty_like(x); long n = x.numel();
+    cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    scale_add<<<(n + 255) / 256, 256, 0, s>>>(x.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}""", "static_rejected", "stream"),
+    # (d) finish the work in a thread
+    "thread": ("scale-add", "pure_cuda", HEAD + "#include <thread>\n" + ELEMENTWISE + r"""
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    auto y = torch::empty_like(x); long n = x.numel();
+    std::thread([=]() mutable { """ + LAUNCH + r""" cudaDeviceSynchronize(); }).detach();
+    return y;
+}""", "static_rejected", "thread"),
+    # (f) return an input
+    "returns-input": ("scale-add", "pure_cuda", HEAD + r"""
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) { return x; }""", "incorrect", "shares memory with input 0"),
+    # (g) FP32 matmul computed in FP16
+    "fp16-matmul": ("matmul", "pure_cuda", HEAD + "#include <cuda_fp16.h>\n" + r"""
+__global__ void mm(const float* a, const float* b, float* c, int m, int k, int n) {
+    int row = blockIdx.y * 16 + threadIdx.y, col = blockIdx.x * 16 + threadIdx.x;
+    if (row >= m || col >= n) return;
+    __half acc = __float2half(0.0f);
+    for (int i = 0; i < k; i++) acc = __hadd(acc, __hmul(__float2half(a[row * k + i]), __float2half(b[i * n + col])));
+    c[row * n + col] = __half2float(acc);
+}
+torch::Tensor forward(torch::Tensor a, torch::Tensor b) {
+    int m = a.size(0), k = a.size(1), n = b.size(1);
+    auto c = torch::empty({m, n}, a.options());
+    mm<<<dim3((n + 15) / 16, (m + 15) / 16), dim3(16, 16)>>>(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), m, k, n);
+    return c;
+}""", "static_rejected", "below float32"),
+    # (g) FP32 inputs rounded to TF32 precision by masking mantissa bits: no half type in sight
+    "tf32-truncation": ("matmul", "pure_cuda", HEAD + r"""
+__device__ float tf32(float v) { return __uint_as_float(__float_as_uint(v) & 0xffffe000u); }
+__global__ void mm(const float* a, const float* b, float* c, int m, int k, int n) {
+    int row = blockIdx.y * 16 + threadIdx.y, col = blockIdx.x * 16 + threadIdx.x;
+    if (row >= m || col >= n) return;
+    float acc = 0.0f;
+    for (int i = 0; i < k; i++) acc += tf32(a[row * k + i]) * tf32(b[i * n + col]);
+    c[row * n + col] = acc;
+}
+torch::Tensor forward(torch::Tensor a, torch::Tensor b) {
+    int m = a.size(0), k = a.size(1), n = b.size(1);
+    auto c = torch::empty({m, n}, a.options());
+    mm<<<dim3((n + 15) / 16, (m + 15) / 16), dim3(16, 16)>>>(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), m, k, n);
+    return c;
+}""", "incorrect", "max abs error"),
+    # (i) ATen through the dispatcher, past the source scan and the symbol check: the runtime log sees it
+    "dispatcher-in-pure": ("matmul", "pure_cuda", HEAD + r"""
+torch::Tensor forward(torch::Tensor a, torch::Tensor b) {
+    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "")
+        .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+    return op.call(a, b);
+}""", "static_rejected", "ran ATen operators mm"),
+    # (h) fall back to the reference in try/catch
+    "try-fallback": ("matmul", "libraries_pytorch", HEAD + r"""
+torch::Tensor forward(torch::Tensor a, torch::Tensor b) {
+    try { throw std::runtime_error("not implemented"); }
+    catch (...) { return torch::matmul(a, b); }
+}""", "static_rejected", "catches exceptions"),
+    # (i) ATen compute from a pure_cuda candidate (the source scan, the symbols and the dispatcher all see it)
+    "aten-in-pure": ("matmul", "pure_cuda", HEAD + r"""
+torch::Tensor forward(torch::Tensor a, torch::Tensor b) { return torch::mm(a, b); }""", "static_rejected", "PyTorch/ATen"),
+    # (j) patch the timer through the Python interpreter
+    "timer-patch": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    py::module_::import("time").attr("perf_counter") = py::cpp_function([]() { return 0.0; });
+    auto y = torch::empty_like(x); long n = x.numel();
+    """ + LAUNCH + r"""
+    return y;
+}""", "static_rejected", "Python interpreter"),
+    # (k) special-case the benchmark shape: right there, wrong elsewhere
+    "benchmark-shape-only": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    auto y = torch::empty_like(x); long n = x.numel();
+    if (n == (1 << 20)) { """ + LAUNCH + r""" }
+    return y;
+}""", "incorrect", "non-finite"),
+    # (l) crash: an illegal address leaves a sticky CUDA error
+    "illegal-address": ("scale-add", "pure_cuda", HEAD + r"""
+__global__ void bad(float* y) { y[threadIdx.x + (1L << 40)] = 1.0f; }
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    auto y = torch::empty_like(x); bad<<<1, 32>>>(y.data_ptr<float>()); cudaDeviceSynchronize();
+    return y;
+}""", "crashed", "illegal"),
+    # (l) hang
+    "hang": ("scale-add", "pure_cuda", HEAD + r"""
+__global__ void spin(volatile int* flag) { while (*flag == 0) {} }
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    auto f = torch::zeros({1}, x.options().dtype(torch::kInt32));
+    spin<<<1, 1>>>(f.data_ptr<int>()); cudaDeviceSynchronize();
+    return torch::empty_like(x);
+}""", "timed_out", ""),
+}
+
+CUBLAS_HIDDEN = HEAD + r"""
+#define HEADER <cublas_v2.h>
+#include HEADER
+#define LIB(name) cublas##name
+__global__ void keep(float* c) { c[threadIdx.x] *= 1.0f; }
+torch::Tensor forward(torch::Tensor a, torch::Tensor b) {
+    int m = a.size(0), k = a.size(1), n = b.size(1);
+    auto c = torch::empty({m, n}, a.options());
+    cublasHandle_t handle; float one = 1.0f, zero = 0.0f;
+    LIB(Create)(&handle);
+    LIB(Sgemm)(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, b.data_ptr<float>(), n, a.data_ptr<float>(), k, &zero,
+               c.data_ptr<float>(), n);
+    LIB(Destroy)(handle);
+    keep<<<1, 1>>>(c.data_ptr<float>());
+    return c;
+}"""
+"""(i) cuBLAS from a pure_cuda candidate, with macros that hide the calls from a source scan: the
+built library's symbols and the launched kernels still show them."""

@@ -1,0 +1,87 @@
+"""The cuda evaluator's checks that need no GPU: source scans, one real extension build, binary symbols."""
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+
+from adversarial import CANDIDATES, CUBLAS_HIDDEN  # noqa: E402
+from gpu_tasks import SEEDS, TinyOps  # noqa: E402
+
+from hiera_core import EvalJob  # noqa: E402
+from hiera_core.records import Candidate  # noqa: E402
+from hiera_plugins.cuda import checks  # noqa: E402
+from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig, find_cuda_home  # noqa: E402
+from hiera_plugins.cuda.build import build_candidate, compiler_errors  # noqa: E402
+from hiera_plugins.spaces import CudaLibraries, LibrariesPytorch, PureCuda  # noqa: E402
+
+SPACES = {s.name: s(None) for s in (PureCuda, CudaLibraries, LibrariesPytorch)}
+STATIC = {name: c for name, c in CANDIDATES.items() if c[3] == "static_rejected" and name != "dispatcher-in-pure"}
+
+
+def _static_reason(space, source):
+    return SPACES[space].check_source(source, "cuda") or checks.hack_in_source(source, "float32")
+
+
+@pytest.mark.parametrize("name", sorted(STATIC))
+def test_a_hack_visible_in_the_source_is_rejected_before_compiling(name):
+    task, space, source, kind, words = STATIC[name]
+    reason = _static_reason(space, source)
+    assert reason is not None and words in reason
+
+
+@pytest.mark.parametrize("name", sorted(set(CANDIDATES) - set(STATIC)))
+def test_hacks_that_only_running_reveals_pass_the_source_scan(name):
+    task, space, source, kind, words = CANDIDATES[name]
+    assert _static_reason(space, source) is None
+
+
+def test_the_seeds_pass_every_static_check():
+    for source in SEEDS.values():
+        assert _static_reason("pure_cuda", source) is None
+
+
+def test_runtime_space_rules():
+    assert checks.runtime_space_violation(["scale_add(float const*, float const*, float*, long)"], ["empty_like"], 0) is None
+    assert "library kernels" in checks.runtime_space_violation(["sm90_xmma_gemm_f32f32_tf32f32"], [], 0)
+    assert checks.runtime_space_violation(["sm90_xmma_gemm_f32f32_tf32f32"], [], 1) is None
+    assert "ATen operators mm" in checks.runtime_space_violation([], ["mm", "empty"], 1)
+    assert checks.runtime_space_violation([], ["mm"], 2) is None
+
+
+@pytest.mark.skipif(find_cuda_home() is None, reason="no CUDA toolkit")
+def test_a_real_extension_build_its_symbols_and_the_cache(tmp_path):
+    """Compile-only (no GPU): cuBLAS hidden from the source scan is found in the built library's symbols;
+    a compiler error is kept for the next prompt; an identical candidate is a cache hit."""
+    arch = CudaArchitecture(CudaConfig(cache_dir=str(tmp_path / "cache")))
+    toolchain = arch.toolchain()
+    workload = TinyOps(None)
+    task = workload.tasks()[1]
+    contract = workload.contract(task, "cuda")
+
+    def job(source, name):
+        candidate = Candidate(id=name, source=source, space="pure_cuda", round=1)
+        workdir = tmp_path / name
+        workdir.mkdir()
+        return EvalJob(candidate=candidate, task=task, contract=contract, arch="cuda", space_rank=0, workdir=workdir,
+                       workload_factory="gpu_tasks:TinyOps", workload_config={}, toolchain=toolchain)
+
+    assert _static_reason("pure_cuda", CUBLAS_HIDDEN) is None
+    built = build_candidate(job(CUBLAS_HIDDEN, "hidden"), timeout_s=900)
+    assert built.library is not None, built.log[-3000:]
+    assert not built.cache_hit
+    assert built.resources["keep"]["registers"] > 0  # ptxas -v, per kernel
+    assert "cublasSgemm_v2" in checks.library_calls(checks.imported_symbols(built.library))
+    assert "cublasSgemm_v2" in checks.binary_space_violation(built.library, 0)
+    assert checks.binary_space_violation(built.library, 1) is None
+
+    started = time.perf_counter()
+    again = build_candidate(job(CUBLAS_HIDDEN, "hidden-again"), timeout_s=900)
+    assert again.cache_hit and again.library == built.library and time.perf_counter() - started < 2
+
+    broken = build_candidate(job(SEEDS["matmul"].replace("acc += ", "acc += undefined_name + "), "broken"), timeout_s=900)
+    assert broken.library is None
+    assert "undefined_name" in compiler_errors(broken.log) and "error" in compiler_errors(broken.log)

@@ -1,0 +1,108 @@
+"""The cuda evaluator on a real GPU: every hack of the adversarial suite is rejected with the right
+reason, the run goes on after crashes and hangs, timing agrees with itself, ncu profiles one call."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+
+from adversarial import CANDIDATES, CUBLAS_HIDDEN  # noqa: E402
+from conftest import run_hiera  # noqa: E402
+from gpu_tasks import SEEDS  # noqa: E402
+
+from hiera_core import records  # noqa: E402
+from hiera_core.config import load_config  # noqa: E402
+from hiera_core.engine import candidate_id, evaluate_candidate, new_job, roofline_for  # noqa: E402
+from hiera_core.plugins import make_plugin_manager  # noqa: E402
+from hiera_core.session import Session  # noqa: E402
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+KIND = {"incorrect": records.Incorrect, "static_rejected": records.StaticRejected, "crashed": records.Crashed,
+        "timed_out": records.TimedOut, "measured": records.Measured}
+
+
+@pytest.fixture(autouse=True)
+def _tasks_importable_by_workers(monkeypatch):
+    """Worker processes rebuild the workload from `gpu_tasks:TinyOps`, so they need its folder on the path."""
+    here = str(Path(__file__).parent / "plugins")
+    monkeypatch.setenv("PYTHONPATH", ":".join(filter(None, [here, __import__("os").environ.get("PYTHONPATH")])))
+
+
+def _session(tmp_path, task, *overrides):
+    config = load_config(tmp_path, environ={}, cli={"workload": "tinyops", "task": task, "arch": "cuda"},
+                         overrides=["executor.local.workers=8", "evaluator.cuda-run.timeout_s=90", *overrides])
+    return Session.create(config, make_plugin_manager(extra_plugins=["gpu_tasks"]))
+
+
+def _evaluate_all(session, sources, tmp_path, remeasure=False):
+    """Evaluate (name, space, source) triples the way a run does: compiles in parallel, one GPU user at a time."""
+    contract = session.workload.contract(session.task, "cuda")
+    toolchain = session.arch.toolchain()
+    roofline = roofline_for(session)
+    jobs = {}
+    for name, space, source in sources:
+        candidate = records.Candidate(id=candidate_id(source, contract, toolchain), source=source, space=space, round=1, origin=name)
+        jobs[name] = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=roofline,
+                             workdir=tmp_path / f"{name}-{remeasure}", remeasure=remeasure)
+    results = {job.workdir: e for job, e in session.executor.run(list(jobs.values()), lambda job: evaluate_candidate(session, job))}
+    return {name: results[job.workdir] for name, job in jobs.items()}
+
+
+@pytest.mark.parametrize("task", ["scale-add", "matmul"])
+def test_every_hack_is_rejected_with_its_reason_and_the_run_goes_on(tmp_path, task):
+    session = _session(tmp_path, task)
+    suite = [(name, space, source) for name, (t, space, source, _, _) in CANDIDATES.items() if t == task]
+    suite.append(("seed", "pure_cuda", SEEDS[task]))
+    if task == "matmul":
+        suite.append(("cublas-hidden", "pure_cuda", CUBLAS_HIDDEN))
+        suite.append(("cublas-allowed", "cuda_libraries", CUBLAS_HIDDEN))
+    outcomes = _evaluate_all(session, suite, tmp_path)
+    report = {name: f"{type(e).__name__}: {getattr(e, 'reason', '') or getattr(e, 'log', '')[:300]}" for name, e in outcomes.items()}
+    print(json.dumps(report, indent=1))
+    for name, (t, space, source, kind, words) in CANDIDATES.items():
+        if t == task:
+            evaluation = outcomes[name]
+            assert isinstance(evaluation, KIND[kind]), (name, report[name])
+            assert words in (getattr(evaluation, "reason", "") or ""), (name, report[name])
+    assert isinstance(outcomes["seed"], records.Measured), report["seed"]
+    if task == "matmul":
+        assert "cublasSgemm_v2" in outcomes["cublas-hidden"].reason
+        assert isinstance(outcomes["cublas-allowed"], records.Measured), report["cublas-allowed"]
+    # after the crash and the hang, a fresh process still gets a clean GPU
+    again = _evaluate_all(session, [("seed", "pure_cuda", SEEDS[task])], tmp_path, remeasure=True)
+    assert isinstance(again["seed"], records.Measured)
+
+
+def test_timing_agrees_with_itself_across_fresh_processes(tmp_path):
+    session = _session(tmp_path, "matmul-2048", "evaluator.cuda-profile.enabled=false")
+    first = _evaluate_all(session, [("seed", "pure_cuda", SEEDS["matmul"])], tmp_path)["seed"]
+    second = _evaluate_all(session, [("seed", "pure_cuda", SEEDS["matmul"])], tmp_path, remeasure=True)["seed"]
+    assert isinstance(first, records.Measured) and isinstance(second, records.Measured)
+    print(f"fresh processes: {first.latency_ms:.4f} ms and {second.latency_ms:.4f} ms")
+    assert abs(first.latency_ms - second.latency_ms) / min(first.latency_ms, second.latency_ms) <= 0.03
+
+
+def test_one_call_is_profiled_with_nsight_compute(tmp_path):
+    session = _session(tmp_path, "matmul")
+    measured = _evaluate_all(session, [("seed", "pure_cuda", SEEDS["matmul"])], tmp_path)["seed"]
+    assert isinstance(measured, records.Measured)
+    profile = measured.profile
+    print(json.dumps({"source": profile.source, "unavailable": profile.unavailable, "signals": profile.signals,
+                      "findings": profile.findings}, indent=1))
+    assert profile.source == "ncu" and profile.unavailable is None
+    for signal in ("branch_uniformity", "achieved_occupancy", "grid_fill", "sector_efficiency", "pipe_utilization"):
+        assert 0.0 <= profile.signals[signal] <= 1.0
+
+
+def test_hiera_eval_prints_the_record_of_a_hand_written_kernel(tmp_path):
+    source = tmp_path / "cuda_source.cu"
+    source.write_text(SEEDS["scale-add"])
+    done = run_hiera("eval", str(source), "--workload", "tinyops", "--task", "scale-add", "--arch", "cuda",
+                     "--space", "pure_cuda", "--plugin", "gpu_tasks", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "correct;" in done.stdout and '"kind": "measured"' in done.stdout
