@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--parents", type=int, help="best valid candidates kept as parents")
     run.add_argument("--space", help=f"{' | '.join(SPACE_MODES)}")
     run.add_argument("--no-planning", dest="planning", action="store_const", const=False, help="the paper's ablation")
+    run.add_argument("--no-contract", dest="contract", action="store_const", const=False,
+                     help="the paper's ablation: the model writes the binding too")
     run.add_argument("--backend", help="LLM backend (default: expert, no model)")
     run.add_argument("--model", help="the backend's model (sets backend.BACKEND.model)")
     run.add_argument("--base-url", help="the backend's endpoint (sets backend.BACKEND.base_url)")
@@ -143,7 +145,7 @@ def _session(config, plugins: list[str]) -> Session:
 
 def _cli_run_keys(args: argparse.Namespace) -> dict[str, Any]:
     keys = (
-        "workload", "task", "arch", "rounds", "population", "parents", "space", "planning", "strategy", "backend",
+        "workload", "task", "arch", "rounds", "population", "parents", "space", "planning", "contract", "strategy", "backend",
         "run_dir", "remeasure",
     )
     return {k: getattr(args, k) for k in keys}

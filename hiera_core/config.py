@@ -53,6 +53,8 @@ class RunConfig:
     """`adaptive` (re-decided every round) or one fixed space: pure_cuda, cuda_libraries, libraries_pytorch."""
     planning: bool = True
     """False is the paper's `--no-planning` ablation: no space decision or strategy, one generic prompt."""
+    contract: bool = True
+    """False is the paper's `--no-contract` ablation: the model writes the binding as well as the kernels."""
     strategy: str = "hiera"
     """`hiera`, or a baseline: `caesar` (generate-and-fix with execution feedback only) or `cudaforge`
     (pure-CUDA refinement with profiling feedback)."""

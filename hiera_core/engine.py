@@ -62,6 +62,8 @@ class Engine:
         self.store = store
         self.run = session.config.run
         self.contract = session.workload.contract(session.task, session.arch_name)
+        if not self.run.contract:
+            self.contract = self.contract.without_binding()
         self.toolchain = session.arch.toolchain()
         self.history: list[tuple[Candidate, Evaluation]] = []
         self.recorded = store.evaluated()

@@ -54,6 +54,22 @@ class Contract:
     """What the candidate source must define (signature and semantics), quoted in prompts."""
     files: dict[str, str] = attrs.field(factory=dict)
     """The frozen files by name (wrapper, binding, groundtruth, ...), written next to the source."""
+    binding: str | None = None
+    """Which of `files` binds the candidate's functions to the caller (cuda: `cpp_source.cpp`); None where
+    the candidate is called directly (host: a C function)."""
+
+    def without_binding(self) -> Contract:
+        """The paper's `--no-contract` ablation: the candidate writes the binding too."""
+        if self.binding is None:
+            return self
+        return Contract(
+            source_filename=self.source_filename,
+            interface=(
+                f"{self.interface}\n\nThere is no frozen binding: `{self.source_filename}` must also bind these"
+                f" functions itself, exactly as this `{self.binding}` would:\n{self.files[self.binding]}"
+            ),
+            files={name: text for name, text in self.files.items() if name != self.binding},
+        )
 
     @property
     def id(self) -> str:
@@ -156,6 +172,9 @@ class Measured:
     profile: Profile | None = None
     flags: list[str] = attrs.field(factory=list)
     """Reasons this figure should not be celebrated (faster than the roofline floor, ...)."""
+    resources: dict[str, dict[str, int]] = attrs.field(factory=dict)
+    """Per kernel, as the compiler reported it (`ptxas -v`): registers, shared_bytes, stack_bytes,
+    spill_store_bytes, spill_load_bytes."""
 
     @property
     def speedup_vs_reference(self) -> float:

@@ -1,9 +1,11 @@
 """The cuda evaluator's checks that need no GPU: source scans, one real extension build, binary symbols."""
 
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import attrs
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins"))
@@ -85,3 +87,30 @@ def test_a_real_extension_build_its_symbols_and_the_cache(tmp_path):
     broken = build_candidate(job(SEEDS["matmul"].replace("acc += ", "acc += undefined_name + "), "broken"), timeout_s=900)
     assert broken.library is None
     assert "undefined_name" in compiler_errors(broken.log) and "error" in compiler_errors(broken.log)
+
+    # --no-contract: no frozen binding; the candidate binds `forward` itself
+    whole = SEEDS["matmul"] + '\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &forward); }\n'
+    open_job = attrs.evolve(job(whole, "no-contract"), contract=contract.without_binding())
+    built = build_candidate(open_job, timeout_s=900)
+    assert built.library is not None, built.log[-3000:]
+    probe = f"import torch, importlib.util as u; s = u.spec_from_file_location('{built.library.name.split('.')[0]}', '{built.library}'); m = u.module_from_spec(s); s.loader.exec_module(m); print(hasattr(m, 'forward'))"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "True"
+
+
+def test_without_the_contract_the_candidate_writes_the_binding():
+    contract = TinyOps(None).contract(TinyOps(None).tasks()[0], "cuda")
+    open_contract = contract.without_binding()
+    assert "cpp_source.cpp" not in open_contract.files and open_contract.binding is None
+    assert "PYBIND11_MODULE" in open_contract.interface and "must also bind" in open_contract.interface
+    assert open_contract.id != contract.id
+
+
+def test_adaptive_timing_stops_when_the_mean_is_known_well_enough():
+    from hiera_plugins.cuda.worker import timing_done
+
+    fixed = {"repeats": 10, "adaptive": False, "target_rse": 0.005, "max_repeats": 50}
+    adaptive = {**fixed, "adaptive": True}
+    steady, noisy = [1.0, 1.001] * 5, [1.0, 2.0] * 5
+    assert not timing_done(steady[:9], fixed) and timing_done(steady, fixed) and timing_done(noisy, fixed)
+    assert timing_done(steady, adaptive) and not timing_done(noisy, adaptive)
+    assert timing_done([1.0, 2.0] * 25, adaptive)  # max_repeats

@@ -23,10 +23,6 @@ from hiera_core import EvalJob
 from hiera_core.isolation import describe_exit, run_isolated
 from hiera_core.records import content_id
 
-BINDING = "cpp_source.cpp"
-"""The contract file that declares what `cuda_source.cu` defines and binds it to Python."""
-
-
 @attrs.frozen(kw_only=True)
 class BuildResult:
     library: Path | None
@@ -61,13 +57,14 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
                     cache_hit=True,
                     resources=record["resources"],
                 )
-        (build_dir / "cuda_source.cu").write_text(job.candidate.source)
+        (build_dir / job.contract.source_filename).write_text(job.candidate.source)
         for name, text in job.contract.files.items():
             (build_dir / name).write_text(text)
         request = {
             "name": f"hiera_{key}",
             "build_dir": str(build_dir),
-            "sources": [str(build_dir / BINDING), str(build_dir / "cuda_source.cu")],
+            "sources": [str(build_dir / name) for name in ([job.contract.binding] if job.contract.binding else [])]
+            + [str(build_dir / job.contract.source_filename)],
             "cuda_cflags": [*job.toolchain["cuda_cflags"], "-Xptxas", "-v"],
             "include_paths": job.toolchain.get("include_paths", []),
         }

@@ -90,7 +90,11 @@ class CudaRunConfig:
     timeout_s: float = 300.0
     """The worker (all checks and timing) is killed after this long and the candidate recorded as timed out."""
     repeats: int = 100
-    """Timed calls of the candidate."""
+    """Timed calls of the candidate (at least this many when `adaptive`)."""
+    adaptive: bool = False
+    """Keep timing until the median's relative standard error is below `target_rse`, or `max_repeats`."""
+    target_rse: float = 0.005
+    max_repeats: int = 1000
     input_sets: int = 3
     """Input sets the timed calls rotate over (different storage and values)."""
     min_reference_repeats: int = 5
@@ -115,7 +119,8 @@ class CudaRun:
         request = {
             **job.worker_request(), "device": self.config.device,
             "remeasure": job.remeasure,
-            "timing": {k: getattr(self.config, k) for k in ("repeats", "input_sets", "min_reference_repeats", "reference_budget_s")},
+            "timing": {k: getattr(self.config, k) for k in (
+                "repeats", "adaptive", "target_rse", "max_repeats", "input_sets", "min_reference_repeats", "reference_budget_s")},
         }
         answer = run_worker("hiera_plugins.cuda.worker", request, workdir=job.workdir, timeout_s=self.config.timeout_s,
                             device_lock=gpu_lock(self.config.device))
@@ -144,6 +149,7 @@ class CudaRun:
             compile_s=job.compile_s,
             profile=fallback_profile("not profiled yet", job, latency),
             flags=flags,
+            resources=json.loads(job.artifacts.get("resources", "{}")),
         )
 
 

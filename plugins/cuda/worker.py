@@ -125,8 +125,10 @@ def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
     times, reference_times, outputs = [], [], {}
     reference_budget_s = timing["reference_budget_s"]
     spent = 0.0
-    for trial in range(timing["repeats"]):
+    trial = 0
+    while not timing_done(times, timing):
         k = trial % len(timing_sets)
+        trial += 1
         inputs = timing_sets[k][0]
         elapsed, out = _timed(flush, lambda: fn(*inputs))
         times.append(elapsed)
@@ -179,6 +181,16 @@ class Phases:
         now = time.perf_counter()
         self.seconds[name] = round(now - self.last, 3)
         self.last = now
+
+
+def timing_done(times: list[float], timing: dict[str, Any]) -> bool:
+    """Enough timed calls: `repeats`; when adaptive, until the relative standard error of the mean is
+    below `target_rse` (at most `max_repeats`)."""
+    if len(times) < timing["repeats"]:
+        return False
+    if not timing["adaptive"] or len(times) >= timing["max_repeats"]:
+        return True
+    return statistics.stdev(times) / len(times) ** 0.5 / statistics.mean(times) < timing["target_rse"]
 
 
 def _timed(flush: torch.Tensor, call) -> tuple[float, Any]:

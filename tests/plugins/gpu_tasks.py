@@ -106,7 +106,8 @@ class TinyOps:
             raise UnsupportedArchitecture(f"tinyops has only a cuda side, not {arch}")
         declaration = BINDINGS[task.name]
         binding = f'#include <torch/extension.h>\n{declaration}\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def("forward", &forward); }}\n'
-        return Contract(source_filename="cuda_source.cu", interface=declaration, files={"cpp_source.cpp": binding})
+        return Contract(source_filename="cuda_source.cu", interface=declaration, files={"cpp_source.cpp": binding},
+                        binding="cpp_source.cpp")
 
     def seed(self, task, arch):
         return SEEDS[task.name.split("-")[0] if task.name.startswith("matmul") else task.name], {}, "seed"
