@@ -216,8 +216,8 @@ def test_task_contract_and_work():
     assert workload.work(task, "host") == (2 * 8 * 512**2 * 2, 2 * 49 * 512**2 * 2)
     source, seed_params, origin = workload.seed(task, "host")
     assert seed_params == TEMPLATE.defaults() and source == seed_source() and TEMPLATE.name in origin
-    with pytest.raises(UnsupportedArchitecture, match="cuda"):
-        workload.contract(task, "cuda")
+    with pytest.raises(UnsupportedArchitecture, match="tpu"):
+        workload.contract(task, "tpu")
 
 
 @pytest.mark.parametrize("field, value", [("radius", 0), ("steps", 0), ("n", 0), ("weights", "gaussian")])

@@ -1,6 +1,9 @@
-"""The stencil's numerics in numpy: its weights and its FP64 reference."""
+"""The stencil's numerics: its weights and its FP64 reference (numpy here, CuPy in the cuda harness)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -23,20 +26,23 @@ def stencil_weights(radius: int, kind: str) -> np.ndarray:
     raise ValueError(f"unknown weights {kind!r}; known: {', '.join(WEIGHT_KINDS)}")
 
 
-def reference(field: np.ndarray, weights: np.ndarray, steps: int) -> np.ndarray:
-    """Apply the stencil `steps` times to the square `field`, zero outside it, in FP64.
+def reference(field: Any, weights: np.ndarray, steps: int, zeros: Callable[[tuple[int, int]], Any] = np.zeros) -> Any:
+    """Apply the stencil `steps` times to the square FP64 `field`, zero outside it, one shifted add per tap.
 
     out[i, j] = sum over di, dj in [-r, r] of weights[di + r, dj + r] * field[i + di, j + dj].
+
+    `field` is a numpy array, or any array with numpy's slicing and `+=` (CuPy on a GPU) when `zeros(shape)`
+    makes zeroed FP64 arrays of its kind; `weights` is a numpy array.
     """
     k = weights.shape[0]
     r = k // 2
     n = field.shape[0]
-    current = np.asarray(field, dtype=np.float64)
-    padded = np.zeros((n + 2 * r, n + 2 * r))
+    current = field
+    padded = zeros((n + 2 * r, n + 2 * r))
     for _ in range(steps):
         padded[r : r + n, r : r + n] = current
-        current = np.zeros((n, n))
+        current = zeros((n, n))
         for a in range(k):
             for b in range(k):
-                current += weights[a, b] * padded[a : a + n, b : b + n]
+                current += float(weights[a, b]) * padded[a : a + n, b : b + n]
     return current

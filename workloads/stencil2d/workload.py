@@ -9,12 +9,12 @@ import attrs
 
 from hiera_core.protocols import Template, UnsupportedArchitecture
 from hiera_core.records import Contract, Task
-from hiera_workloads.stencil2d import host
+from hiera_workloads.stencil2d import cuda, host
 from hiera_workloads.stencil2d.reference import WEIGHT_KINDS
 
-SIDES: dict[str, ModuleType] = {"host": host}
+SIDES: dict[str, ModuleType] = {"host": host, "cuda": cuda}
 """Each architecture's side of the workload: a module with `grid`, `contract`, `seed`, `templates` and
-`harness`, each taking the task. The GPU (`cuda`) side comes later."""
+`harness`, each taking the task."""
 
 
 @attrs.frozen(kw_only=True)
@@ -93,7 +93,5 @@ class Stencil2D:
     def _side(self, arch: str) -> ModuleType:
         side = SIDES.get(arch)
         if side is None:
-            raise UnsupportedArchitecture(
-                f"stencil2d has a contract for {', '.join(SIDES)} only; the GPU (cuda) side comes later"
-            )
+            raise UnsupportedArchitecture(f"stencil2d has a contract for {', '.join(SIDES)} only, not {arch}")
         return side
