@@ -34,7 +34,7 @@ from hiera_core.report import agent_costs, write_report
 from hiera_core.session import Session
 from hiera_core.store import RunDirError, RunStore
 
-COMMANDS = ("run", "resume", "report", "plugins", "config", "eval", "exchange")
+COMMANDS = ("run", "resume", "report", "plugins", "config", "eval", "exchange", "contracts")
 log = structlog.get_logger(__name__)
 
 
@@ -91,6 +91,14 @@ def _parser() -> argparse.ArgumentParser:
     config.add_argument("action", choices=["show"])
     _common_options(config)
 
+    contracts = commands.add_parser("contracts", help="write every task's contract files (and seed) to DIR/<task>/")
+    contracts.add_argument("--workload", required=True, help="workload name")
+    contracts.add_argument("--arch", default="cuda", help="the architecture whose contracts are written (default: cuda)")
+    contracts.add_argument("--level", type=int, help="sets workload.WORKLOAD.level (KernelBench: 1, 2 or 3)")
+    contracts.add_argument("--tasks", help="sets workload.WORKLOAD.tasks (ids, ranges, names: 1-10,17)")
+    contracts.add_argument("--out", type=Path, required=True, metavar="DIR")
+    _common_options(contracts)
+
     exchange = commands.add_parser("exchange", help="requests of the exchange backend, for a person or an external agent")
     actions = exchange.add_subparsers(dest="action", metavar="ACTION", required=True)
     pending = actions.add_parser("pending", help="list the requests waiting for an answer")
@@ -129,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             "config": _config_show,
             "eval": _eval,
             "exchange": _exchange,
+            "contracts": _contracts,
         }[args.command](args, console)
     except (UsageError, ConfigError, UnknownName, PluginError, RunDirError, BackendError) as exc:
         print(f"hiera: error: {exc}", file=sys.stderr)
@@ -272,6 +281,47 @@ def _eval(args: argparse.Namespace, console: Console) -> int:
         console.print(f"  {type(evaluation).__name__}: {getattr(evaluation, 'reason', None) or getattr(evaluation, 'log', '')}", markup=False)
     console.print(json.dumps({"candidate": candidate.id, "evaluation": to_dict(evaluation, Evaluation)}, indent=1), markup=False)
     return 0 if isinstance(evaluation, Measured) else 1
+
+
+def _contracts(args: argparse.Namespace, console: Console) -> int:
+    """Write each task's contract files (and its seed, when the workload has one) to DIR/<task>/. A workload may
+    offer `failures() -> {label: reason}` for tasks it could not load; those and every task whose contract fails
+    get one line each, and the exit code is 1."""
+    overrides = list(args.overrides)
+    if args.level is not None:
+        overrides.append(f"workload.{args.workload}.level={args.level}")
+    if args.tasks is not None:
+        overrides.append(f"workload.{args.workload}.tasks={json.dumps(args.tasks)}")
+    config = load_config(Path.cwd(), cli={"workload": args.workload}, overrides=overrides, config_file=args.config)
+    workload_cls = collect(make_plugin_manager(extra_plugins=args.plugins), "workloads").get(args.workload)
+    table = config.plugin_tables["workload"].get(args.workload, {})
+    config_class = getattr(workload_cls, "config_class", None)
+    workload = workload_cls(structure(table, config_class, where=f"[workload.{args.workload}]") if config_class else None)
+    failed = dict(getattr(workload, "failures", dict)())
+    written = seeded = 0
+    for task in workload.tasks():
+        try:
+            contract = workload.contract(task, args.arch)
+        except Exception as exc:  # noqa: BLE001 -- one task's failure must not stop the batch
+            failed[task.name] = f"{type(exc).__name__}: {exc}"
+            continue
+        folder = args.out / task.name
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in contract.files.items():
+            (folder / name).write_text(text)
+        (folder / "interface.txt").write_text(contract.interface + "\n")
+        written += 1
+        try:
+            source, _, _ = workload.seed(task, args.arch)
+        except Exception as exc:  # noqa: BLE001 -- no seed is a note, not a failed contract
+            (folder / "NO_SEED").write_text(f"{exc}\n")
+            continue
+        (folder / contract.source_filename).write_text(source)
+        seeded += 1
+    for label, reason in failed.items():
+        console.print(f"{label}: {reason}", markup=False)
+    console.print(f"{written} contract(s) written to {args.out} ({seeded} with a seed); {len(failed)} failed", markup=False)
+    return 1 if failed else 0
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:

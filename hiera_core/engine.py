@@ -18,7 +18,7 @@ import attrs
 import structlog
 
 from hiera_core import agents, records
-from hiera_core.protocols import EvalJob, StagePassed
+from hiera_core.protocols import EvalJob, NoSeed, StagePassed
 from hiera_core.records import Candidate, Evaluation, Measured
 from hiera_core.report import write_report
 from hiera_core.serialization import evaluation_to_json
@@ -174,7 +174,10 @@ class Engine:
         return batch
 
     def _seed_batch(self) -> records.CandidatesGenerated:
-        source, params, origin = self.session.workload.seed(self.session.task, self.session.arch_name)
+        try:
+            source, params, origin = self.session.workload.seed(self.session.task, self.session.arch_name)
+        except NoSeed as exc:
+            return records.CandidatesGenerated(round=0, candidates=[], notes=[f"no initial candidate: {exc}"])
         seed = self._candidate(
             agents.GeneratedSource(source=source, params=dict(params), origin=origin),
             round_=0,

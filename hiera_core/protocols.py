@@ -22,6 +22,10 @@ class UnsupportedArchitecture(LookupError):
     """A workload has no contract or harness for the requested architecture."""
 
 
+class NoSeed(LookupError):
+    """A workload has no initial candidate for a task; the message says why. The run starts without one."""
+
+
 @attrs.frozen(kw_only=True)
 class Knob:
     """One parameter of a template: its values, best guess first, and who may move it."""
@@ -67,7 +71,8 @@ class Workload(Protocol):
         ...
 
     def seed(self, task: Task, arch: str) -> tuple[str, Mapping[str, Any], str]:
-        """Return the initial candidate as (source, template params, origin). Evaluated before round 1."""
+        """Return the initial candidate as (source, template params, origin). Evaluated before round 1;
+        raise NoSeed(reason) when there is none (round 1 then starts from nothing)."""
         ...
 
     def templates(self, task: Task, arch: str) -> list[Template]:

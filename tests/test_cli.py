@@ -20,7 +20,7 @@ def test_plugins_lists_every_builtin_with_its_distribution_and_entry_point(hiera
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--workload", "nope"], "unknown workload 'nope' (choose from: stencil2d)"),
+        (["--workload", "nope"], "unknown workload 'nope' (choose from: kernelbench, stencil2d)"),
         (["--workload", "stencil2d", "--arch", "tpu"], "unknown architecture 'tpu' (choose from: cuda, host)"),
         (["--workload", "stencil2d", "--space", "anywhere"], "unknown space 'anywhere' (choose from: adaptive, pure_cuda"),
         (["--workload", "stencil2d", "--backend", "gpt"], "unknown backend 'gpt' (choose from: exchange, expert, openai, replay)"),

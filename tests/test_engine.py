@@ -105,3 +105,29 @@ def test_fast_p_is_truncated_from_one_trajectory():
         (False, False, False), (True, False, False), (True, True, False), (True, True, True)
     ]
     assert rows[-1].evaluated == 8 and rows[-1].best_speedup == 2.5
+
+
+def test_a_task_without_a_seed_starts_from_nothing_and_says_why(tmp_path):
+    from hiera_core import NoSeed
+
+    class NoSeedHere:
+        @hookimpl
+        def hiera_register_workloads(self):
+            from hiera_workloads.stencil2d.workload import Stencil2D
+
+            class Unseeded(Stencil2D):
+                name = "unseeded"
+
+                def seed(self, task, arch):
+                    raise NoSeed("nothing to translate")
+
+            return [Unseeded]
+
+    config = load_config(tmp_path, environ={}, cli={"workload": "unseeded", "arch": "host", "rounds": 1, "population": 2},
+                         overrides=["workload.unseeded.host_n=48", "run.remeasure=false"])
+    session = Session.create(config, make_plugin_manager(extra_plugins=[NoSeedHere()]))
+    store = create_run(session, tmp_path / "run")
+    Engine(session, store).optimize()
+    batches = [e for e in store.events if isinstance(e, records.CandidatesGenerated)]
+    assert batches[0].candidates == [] and "nothing to translate" in batches[0].notes[0]
+    assert len(batches[1].candidates) == 2

@@ -1,0 +1,84 @@
+"""The cuda worker's harness for a KernelBench task (interface: `hiera_plugins.cuda.worker`'s docstring).
+
+Positional inputs are the `get_inputs()` tensors on the GPU followed by the model's parameters and buffers, in
+the binding's order; scalar forward arguments are not passed (the binding's defaults hold their values). The
+reference is the task's `Model` in FP64 (`model.double()`, floating inputs `.double()`, TF32 off, as the worker
+sets it); the baseline is the same `Model` in FP32, eager. KernelBench tasks have one shape each, so the
+correctness cases are that shape under several seeds and two distributions.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from hiera_plugins.kernelbench.analysis import analyse, build_model, load_task_module, state_of
+
+DISTRIBUTIONS = ("as-generated", "scaled-offset")
+"""`get_inputs()` as written, and its floating tensors as x*2+0.5 (still positive where the task's are, so
+log, sqrt and probability inputs stay in their domain)."""
+
+
+class KernelBenchHarness:
+    entry = "forward"
+    distributions = DISTRIBUTIONS
+
+    def __init__(self, path: Path, tolerance: tuple[float, float]) -> None:
+        import torch
+
+        self.module = load_task_module(path)
+        self.analysis = analyse(self.module)
+        self.dtype = self.analysis.output_dtype
+        self.tolerance = tolerance
+        """(rtol, atol): KernelBench's FP32 tolerance by default, 1e-4 each (`get_tolerance_for_precision`;
+        versions 0 and 0.1 used 1e-2); the worker scales atol by max(1, rms(reference))."""
+        model = build_model(self.module, "cpu")
+        self.reference_model = copy.deepcopy(model).double().cuda()
+        self.model = model.cuda()
+        self.state = [t for _, _, t in state_of(self.model)]
+        self._scalars: dict[int, Any] = {}
+        self._torch = torch
+
+    def seeds(self, remeasure: bool) -> tuple[int, ...]:
+        return (11, 12, 13) if remeasure else (1, 2, 3)
+
+    def correctness_cases(self, remeasure: bool) -> list[dict[str, Any]]:
+        shapes = ", ".join(str(list(a.shape)) for a in self.analysis.arguments if a.role == "input")
+        return [{"label": f"KernelBench shape {shapes}"}]
+
+    def timing_case(self) -> dict[str, Any]:
+        return self.correctness_cases(False)[0]
+
+    def make_inputs(self, case: dict[str, Any], seed: int, distribution: str) -> list:
+        torch = self._torch
+        torch.manual_seed(seed)
+        tensors = []
+        for position, value in enumerate(self.module.get_inputs()):
+            if not isinstance(value, torch.Tensor):
+                self._scalars[position] = value
+                continue
+            if distribution == "scaled-offset" and value.is_floating_point():
+                value = value * 2 + 0.5
+            tensors.append(value.cuda())
+        return tensors + list(self.state)
+
+    def _forward_args(self, inputs: list, double: bool) -> list:
+        tensors = iter(inputs[: len(inputs) - len(self.state)])
+        count = len(self._scalars) + len(inputs) - len(self.state)
+        args = []
+        for position in range(count):
+            if position in self._scalars:
+                args.append(self._scalars[position])
+            else:
+                t = next(tensors)
+                args.append(t.double() if double and t.is_floating_point() else t)
+        return args
+
+    def reference(self, case: dict[str, Any], inputs: list):
+        with self._torch.no_grad():
+            return self.reference_model(*self._forward_args(inputs, double=True)).double()
+
+    def baseline(self, inputs: list):
+        with self._torch.no_grad():
+            return self.model(*self._forward_args(inputs, double=False))

@@ -1,0 +1,180 @@
+"""The `kernelbench` workload: tasks loaded from the user's KernelBench checkout, by level and selection."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+
+from hiera_core.protocols import NoSeed, Template, UnsupportedArchitecture
+from hiera_core.records import Contract, Task
+from hiera_plugins.kernelbench import contract as contract_files
+from hiera_plugins.kernelbench.analysis import TaskAnalysis, TaskUnusable, analyse, load_task_module
+from hiera_plugins.kernelbench.translate import NoTranslation, translate
+
+ROOT_ENV = "KERNELBENCH_ROOT"
+TASK_FILE = re.compile(r"^(\d+)_(\w+)\.py$")
+
+
+@attrs.frozen(kw_only=True)
+class KernelBenchConfig:
+    """`[workload.kernelbench]`: where the checkout is, which level, which tasks, and the tolerance."""
+
+    root: str = ""
+    """The KernelBench checkout (holding `KernelBench/level<N>/`); empty: the environment's KERNELBENCH_ROOT."""
+    level: int = 1
+    tasks: str = ""
+    """Ids, ranges and names, comma-separated (`1-10,17,Conv2D_ReLU_BiasAdd`); empty: every task of the level."""
+    rtol: float = 1e-4
+    atol: float = 1e-4
+    """KernelBench's FP32 tolerance (1e-4, `get_tolerance_for_precision`; its versions 0 and 0.1 used 1e-2)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.level not in (1, 2, 3):
+            raise ValueError(f"workload.kernelbench: level must be 1, 2 or 3, got {self.level}")
+
+
+@attrs.frozen(kw_only=True)
+class _Loaded:
+    task: Task
+    analysis: TaskAnalysis
+    module: Any
+
+
+class KernelBench:
+    name: ClassVar[str] = "kernelbench"
+    config_class: ClassVar[type] = KernelBenchConfig
+
+    def __init__(self, config: KernelBenchConfig | None) -> None:
+        self.config = config or KernelBenchConfig()
+        self.root = Path(self.config.root or os.environ.get(ROOT_ENV, ""))
+        self._loaded: dict[str, _Loaded] | None = None
+        self._failures: dict[str, str] = {}
+        self._seeds: dict[str, tuple[str, str | None]] = {}
+
+    # --- loading -------------------------------------------------------------------------------
+
+    def level_dir(self) -> Path:
+        for candidate in (self.root / "KernelBench" / f"level{self.config.level}", self.root / f"level{self.config.level}"):
+            if candidate.is_dir():
+                return candidate
+        return self.root / "KernelBench" / f"level{self.config.level}"
+
+    def _load(self) -> dict[str, _Loaded]:
+        if self._loaded is not None:
+            return self._loaded
+        self._loaded, self._failures = {}, {}
+        level = f"level{self.config.level}"
+        if not str(self.root) or str(self.root) == ".":
+            self._failures[level] = f"no KernelBench checkout given: set workload.kernelbench.root or {ROOT_ENV}"
+            return self._loaded
+        if not self.root.is_dir():
+            self._failures[level] = f"{self.root}: no such directory (workload.kernelbench.root or {ROOT_ENV})"
+            return self._loaded
+        directory = self.level_dir()
+        if not directory.is_dir():
+            self._failures[level] = f"{directory}: no such directory: the checkout has no {level}"
+            return self._loaded
+        files = sorted((int(m.group(1)), m.group(2), path) for path in directory.iterdir()
+                       if (m := TASK_FILE.match(path.name)))
+        for task_id, name, path in self._select(files):
+            stem = path.stem
+            try:
+                module = load_task_module(path)
+                analysis = analyse(module)
+            except TaskUnusable as exc:
+                self._failures[stem] = str(exc)
+                continue
+            task = Task(
+                workload=self.name, name=stem,
+                params={"level": self.config.level, "id": task_id, "path": str(path.resolve()), "dtype": "float32",
+                        "rtol": self.config.rtol, "atol": self.config.atol},
+                description=f"KernelBench level {self.config.level} task {task_id}, {name.replace('_', ' ').strip()}: "
+                            f"the PyTorch Model in groundtruth.py, FP32, output {list(analysis.output_shape)}.",
+            )
+            self._loaded[stem] = _Loaded(task=task, analysis=analysis, module=module)
+        return self._loaded
+
+    def _select(self, files: list[tuple[int, str, Path]]) -> list[tuple[int, str, Path]]:
+        selection = [part.strip() for part in self.config.tasks.split(",") if part.strip()]
+        if not selection:
+            return files
+        chosen: dict[int, tuple[int, str, Path]] = {}
+        for part in selection:
+            if m := re.fullmatch(r"(\d+)(?:-(\d+))?", part):
+                low, high = int(m.group(1)), int(m.group(2) or m.group(1))
+                hits = [f for f in files if low <= f[0] <= high]
+            else:
+                key = part.lower().strip("_")
+                hits = [f for f in files if key in (f[2].stem.lower(), f[1].lower().strip("_"))]
+            if not hits:
+                self._failures[part] = f"no task of level {self.config.level} matches '{part}'"
+            chosen.update({f[0]: f for f in hits})
+        return [chosen[k] for k in sorted(chosen)]
+
+    def tasks(self) -> list[Task]:
+        return [loaded.task for loaded in self._load().values()]
+
+    def failures(self) -> dict[str, str]:
+        """Every selected task (or the level) that could not be loaded, with a one-line reason."""
+        self._load()
+        return dict(self._failures)
+
+    def _get(self, task: Task) -> _Loaded:
+        loaded = self._load().get(task.name)
+        if loaded is None:
+            raise UnsupportedArchitecture(f"{task.name}: {self._failures.get(task.name, 'not a loaded task')}")
+        return loaded
+
+    # --- the Workload protocol -------------------------------------------------------------------
+
+    def contract(self, task: Task, arch: str) -> Contract:
+        self._check_arch(arch)
+        loaded = self._get(task)
+        return contract_files.contract(task, loaded.analysis, Path(task.params["path"]).read_text())
+
+    def seed(self, task: Task, arch: str) -> tuple[str, dict[str, Any], str]:
+        self._check_arch(arch)
+        source, reason = self.translated_seed(task)
+        if source is None:
+            raise NoSeed(f"{task.name}: no seed: {reason}")
+        return source, {}, "kernelbench-aten-translation libraries_pytorch"
+
+    def translated_seed(self, task: Task) -> tuple[str | None, str | None]:
+        """(source, None), or (None, why the forward could not be translated)."""
+        if task.name not in self._seeds:
+            loaded = self._get(task)
+            try:
+                self._seeds[task.name] = (translate(loaded.module, loaded.analysis), None)
+            except NoTranslation as exc:
+                self._seeds[task.name] = (None, str(exc))
+        return self._seeds[task.name]
+
+    def templates(self, task: Task, arch: str) -> list[Template]:
+        return []
+
+    def work(self, task: Task, arch: str) -> tuple[float, float]:
+        """Bytes: every tensor argument read and the output written once, FP32; flops are unknown (0)."""
+        analysis = self._get(task).analysis
+        elements = sum(_numel(a.shape) for a in analysis.tensor_arguments) + _numel(analysis.output_shape)
+        return 4.0 * elements, 0.0
+
+    def harness(self, task: Task, arch: str) -> Any:
+        self._check_arch(arch)
+        from hiera_plugins.kernelbench.harness import KernelBenchHarness
+
+        return KernelBenchHarness(Path(task.params["path"]), (task.params["rtol"], task.params["atol"]))
+
+    def _check_arch(self, arch: str) -> None:
+        if arch != "cuda":
+            raise UnsupportedArchitecture(f"kernelbench has a contract for cuda only, not {arch}")
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n

@@ -1,0 +1,157 @@
+"""The kernelbench workload on the CPU: loading and selecting tasks, per-task failures, generated contracts,
+the wrapper's initialisation, the ATen seed translation and `hiera contracts`."""
+
+import importlib.util
+import json
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+import torch
+
+from hiera_core.cli import main
+from hiera_core.plugins import collect, make_plugin_manager
+from hiera_plugins.cuda.checks import hack_in_source
+from hiera_core import NoSeed
+from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
+from hiera_plugins.spaces import LibrariesPytorch
+
+ROOT = Path(__file__).parent / "plugins" / "kernelbench_tasks"
+PLUGIN = [] if any(ep.value == "hiera_plugins.kernelbench" for ep in entry_points(group="hiera")) else [
+    "--plugin", "hiera_plugins.kernelbench"]
+"""Until pyproject.toml registers the plugin, the CLI loads it by name."""
+
+
+def workload(level=1, tasks="", root=str(ROOT)):
+    return KernelBench(KernelBenchConfig(root=root, level=level, tasks=tasks))
+
+
+def by_name(w):
+    return {t.name: t for t in w.tasks()}
+
+
+def test_the_plugin_registers_the_workload():
+    pm = make_plugin_manager(autoload=False, extra_plugins=["hiera_plugins.kernelbench"])
+    assert collect(pm, "workloads").get("kernelbench") is KernelBench
+
+
+def test_loadable_tasks_are_offered_and_the_others_have_one_line_reasons():
+    w = workload(1)
+    assert list(by_name(w)) == ["1_Tiny_matmul", "2_Tiny_ReLU", "4_Scale_by_scalar", "5_Softmax_of_sum"]
+    failures = w.failures()
+    assert list(failures) == ["3_Broken_on_import"]
+    assert "this task cannot be imported" in failures["3_Broken_on_import"] and "\n" not in failures["3_Broken_on_import"]
+
+    w2 = workload(2)
+    assert list(by_name(w2)) == ["1_Gemm_ReLU_Scaling"]
+    assert "running the reference failed" in w2.failures()["2_Shape_mismatch"]
+
+
+def test_selection_by_ids_ranges_and_names():
+    assert list(by_name(workload(1, "1-2,5"))) == ["1_Tiny_matmul", "2_Tiny_ReLU", "5_Softmax_of_sum"]
+    assert list(by_name(workload(1, "tiny_relu, 4_Scale_by_scalar"))) == ["2_Tiny_ReLU", "4_Scale_by_scalar"]
+    w = workload(1, "2,42,no_such_task")
+    assert list(by_name(w)) == ["2_Tiny_ReLU"]
+    assert set(w.failures()) == {"42", "no_such_task"}
+
+
+def test_a_bad_root_or_a_missing_level_is_one_reason_and_no_tasks(tmp_path, monkeypatch):
+    missing = workload(1, root=str(tmp_path / "nowhere"))
+    assert missing.tasks() == [] and "no such directory" in missing.failures()["level1"]
+    assert workload(3).tasks() == [] and "has no level3" in workload(3).failures()["level3"]
+    monkeypatch.setenv("KERNELBENCH_ROOT", str(ROOT))  # read when the workload is built, not at import
+    assert list(by_name(KernelBench(KernelBenchConfig(level=2)))) == ["1_Gemm_ReLU_Scaling"]
+
+
+def test_the_binding_declares_the_forward_inputs_then_the_model_state_then_scalars():
+    w1, w2 = workload(1), workload(2)
+    matmul = w1.contract(by_name(w1)["1_Tiny_matmul"], "cuda")
+    assert matmul.binding == "cpp_source.cpp" and matmul.source_filename == "cuda_source.cu"
+    assert "torch::Tensor forward(torch::Tensor A, torch::Tensor B);" in matmul.files["cpp_source.cpp"]
+    assert "PYBIND11_MODULE" in matmul.files["cpp_source.cpp"]
+    assert "params_semantics.json" not in matmul.files  # level 1
+    assert matmul.files["groundtruth.py"] == (ROOT / "KernelBench/level1/1_Tiny_matmul.py").read_text()
+
+    scalar = w1.contract(by_name(w1)["4_Scale_by_scalar"], "cuda").files["cpp_source.cpp"]
+    assert "torch::Tensor forward(torch::Tensor A, double s);" in scalar
+    assert 'py::arg("s") = 3.5' in scalar
+
+    gemm = w2.contract(by_name(w2)["1_Gemm_ReLU_Scaling"], "cuda").files["cpp_source.cpp"]
+    assert ("torch::Tensor forward(torch::Tensor x, torch::Tensor bias, torch::Tensor gemm_weight,"
+            " torch::Tensor gemm_bias);") in gemm
+
+
+def test_params_semantics_describe_each_argument_from_the_trace():
+    w = workload(2)
+    semantics = json.loads(w.contract(by_name(w)["1_Gemm_ReLU_Scaling"], "cuda").files["params_semantics.json"])
+    args = {a["name"]: a for a in semantics["arguments"]}
+    assert [a["name"] for a in semantics["arguments"]] == ["x", "bias", "gemm_weight", "gemm_bias"]
+    assert args["x"]["role"] == "input" and args["x"]["shape"] == [4, 12] and args["x"]["dtype"] == "float32"
+    assert args["gemm_weight"]["role"] == "parameter" and args["gemm_weight"]["source"] == "gemm.weight"
+    assert args["gemm_weight"]["shape"] == [10, 12]
+    assert "x.shape[1] == gemm_weight.shape[1] == 12" in args["x"]["dependencies"]
+    assert semantics["output"] == {"shape": [4, 10], "dtype": "float32"}
+
+
+def test_the_wrapper_holds_the_reference_state_initialised_identically(tmp_path, monkeypatch):
+    w = workload(2)
+    contract = w.contract(by_name(w)["1_Gemm_ReLU_Scaling"], "cuda")
+    for name, text in contract.files.items():
+        (tmp_path / name).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("groundtruth", "torch_demo"):
+        sys.modules.pop(name, None)
+    demo = importlib.import_module("torch_demo")
+    groundtruth = importlib.import_module("groundtruth")
+    torch.manual_seed(123)  # the wrapper seeds itself, whatever came before
+    wrapper = demo.ModelNew(*groundtruth.get_init_inputs())
+    torch.manual_seed(42)
+    reference = groundtruth.Model(*groundtruth.get_init_inputs())
+    ours = dict(wrapper.named_parameters())
+    theirs = {n.replace(".", "_"): p for n, p in reference.named_parameters()}
+    assert list(ours) == list(theirs) == ["bias", "gemm_weight", "gemm_bias"]
+    for name, p in theirs.items():
+        assert torch.equal(ours[name], p), name
+
+
+def test_the_seed_is_an_aten_translation_that_passes_the_static_checks():
+    w1, w2 = workload(1), workload(2)
+    seeds = {}
+    for w in (w1, w2):
+        for task in w.tasks():
+            source, reason = w.translated_seed(task)
+            seeds[task.name] = (source, reason)
+    for name in ("1_Tiny_matmul", "2_Tiny_ReLU", "4_Scale_by_scalar", "1_Gemm_ReLU_Scaling"):
+        source = seeds[name][0]
+        assert source is not None, seeds[name][1]
+        assert LibrariesPytorch(None).check_source(source, "cuda") is None
+        assert hack_in_source(source, "float32") is None
+    assert "at::matmul(A, B)" in seeds["1_Tiny_matmul"][0]
+    assert "(A * s)" in seeds["4_Scale_by_scalar"][0]
+    gemm = seeds["1_Gemm_ReLU_Scaling"][0]
+    assert "at::linear(x, gemm_weight, gemm_bias)" in gemm and "at::relu(" in gemm and "0.5" in gemm
+    assert "forward(torch::Tensor x, torch::Tensor bias, torch::Tensor gemm_weight, torch::Tensor gemm_bias)" in gemm
+    assert seeds["5_Softmax_of_sum"][0] is None and "roll" in seeds["5_Softmax_of_sum"][1]
+    with pytest.raises(NoSeed, match="roll"):
+        w1.seed(by_name(w1)["5_Softmax_of_sum"], "cuda")
+
+
+def test_hiera_contracts_writes_each_task_and_lists_the_failures(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    code = main(["contracts", "--workload", "kernelbench", "--level", "1", "--out", str(out),
+                 "--set", f"workload.kernelbench.root={json.dumps(str(ROOT))}",
+                 *PLUGIN])
+    printed = capsys.readouterr().out
+    assert code == 1
+    assert "3_Broken_on_import: importing it failed: RuntimeError: this task cannot be imported" in printed
+    assert "4 contract(s) written" in printed and "(3 with a seed)" in printed and "1 failed" in printed
+    assert sorted(p.name for p in out.iterdir()) == ["1_Tiny_matmul", "2_Tiny_ReLU", "4_Scale_by_scalar", "5_Softmax_of_sum"]
+    assert {p.name for p in (out / "1_Tiny_matmul").iterdir()} >= {"cpp_source.cpp", "torch_demo.py", "groundtruth.py",
+                                                                  "cuda_source.cu"}
+    assert "roll" in (out / "5_Softmax_of_sum" / "NO_SEED").read_text()
+
+    code = main(["contracts", "--workload", "kernelbench", "--level", "2", "--tasks", "1", "--out", str(out / "l2"),
+                 "--set", f"workload.kernelbench.root={json.dumps(str(ROOT))}", *PLUGIN])
+    assert code == 0 and (out / "l2" / "1_Gemm_ReLU_Scaling" / "params_semantics.json").is_file()
