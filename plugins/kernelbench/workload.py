@@ -50,7 +50,7 @@ class KernelBench:
 
     def __init__(self, config: KernelBenchConfig | None) -> None:
         self.config = config or KernelBenchConfig()
-        self.root = Path(self.config.root or os.environ.get(ROOT_ENV, ""))
+        self.root = Path(self.config.root or os.environ.get(ROOT_ENV, "")).expanduser()
         self._loaded: dict[str, _Loaded] | None = None
         self._failures: dict[str, str] = {}
         self._seeds: dict[str, tuple[str, str | None]] = {}
