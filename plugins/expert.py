@@ -2,7 +2,8 @@
 
 SSDA: each direction's own scoring rule reads the best candidate's profile; a direction with no
 untried move left scores 0, and one whose last round did not improve the best by `min_gain` is
-halved; the space is the most controlled allowed space that offers a move in the top direction.
+halved; the space is the most controlled allowed space that still admits what the best candidate
+uses and offers a move in the top direction.
 SPA: the first (most promising) strategy of that direction's catalogue for the space its template
 knobs belong to. OA: the workload's templates, moving the knobs that belong
 to the direction from the best parents' parameters, one knob at a time, then in pairs.
@@ -54,9 +55,28 @@ class ExpertBackend:
             scores[name] = round(score, 3)
             reasons.append(reason)
         top = max(scores, key=lambda d: (scores[d], -list(scores).index(d)))
-        space = next((s for s in ctx["allowed_spaces"] if next(self._moves(ctx, top, s, pairs=False), None) is not None), widest)
-        rationale = "; ".join(reasons) + f". Space {space}: the most controlled allowed space with a {top} move."
+        rank = {s.name: s.rank for s in self.session.spaces}
+        keeps_parent = [s for s in ctx["allowed_spaces"] if rank[s] >= self._parent_rank(ctx, rank)] or ctx["allowed_spaces"]
+        space = next((s for s in keeps_parent if next(self._moves(ctx, top, s, pairs=False), None) is not None), widest)
+        rationale = "; ".join(reasons) + (
+            f". Space {space}: the most controlled allowed space that keeps what the best candidate uses and offers a {top} move."
+        )
         return {"space": space, "scores": scores, "rationale": rationale}
+
+    def _parent_rank(self, ctx: Mapping[str, Any], rank: dict[str, int]) -> int:
+        """The rank of the smallest space that admits everything the best candidate's parameters use:
+        a new direction should not begin by giving up the parent's library features."""
+        parent = ctx["parent"]
+        if parent is None:
+            return 0
+        needed = [
+            rank[knob.space]
+            for template in self.session.workload.templates(ctx["task"], ctx["arch"])
+            if parent.origin.split()[:1] == [template.name]
+            for name, knob in template.knobs.items()
+            if parent.params.get(name, knob.values[0]) != knob.values[0]
+        ]
+        return max(needed, default=0)
 
     def plan_strategy(self, ctx: Mapping[str, Any]) -> dict[str, Any]:
         decision = ctx["decision"]

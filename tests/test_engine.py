@@ -131,3 +131,24 @@ def test_a_task_without_a_seed_starts_from_nothing_and_says_why(tmp_path):
     batches = [e for e in store.events if isinstance(e, records.CandidatesGenerated)]
     assert batches[0].candidates == [] and "nothing to translate" in batches[0].notes[0]
     assert len(batches[1].candidates) == 2
+
+
+def test_the_expert_does_not_give_up_the_best_candidates_library_features(tmp_path):
+    """Once OpenMP threads (cuda_libraries on the host) made the best kernel, a new direction is tried
+    in a space that keeps them, not in pure_cuda where the threads would have to go."""
+    config = load_config(tmp_path, environ={}, cli={"arch": "host"}, overrides=["workload.stencil2d.host_n=48"])
+    session = Session.create(config, make_plugin_manager())
+    [template] = session.workload.templates(session.task, "host")
+    params = {**template.defaults(), "boundary": "split", "threads": 0}
+    parent = records.Candidate(id="p", source=template.render(params), space="cuda_libraries", round=1,
+                               origin=template.describe(params), params=params)
+    profile = records.Profile(source="test", signals={"parallel_utilization": 1.0, "branch_free_fraction": 1.0,
+                                                      "cache_resilience": 1.0, "in_cache_compute_fraction": 1.0,
+                                                      "memory_floor_fraction": 0.1})
+    measured = records.Measured(latency_ms=1, latency_p10_ms=1, latency_p90_ms=1, repeats=1, reference_latency_ms=2,
+                                max_abs_error=0, profile=profile)
+    context = {"parent": parent, "parent_evaluation": measured, "parents": [parent], "history": [(parent, measured)],
+               "allowed_spaces": [s.name for s in session.spaces], "task": session.task, "arch": "host"}
+    decision = session.backend.select_space(context)
+    assert max(decision["scores"], key=decision["scores"].get) == "M"
+    assert decision["space"] == "cuda_libraries"
