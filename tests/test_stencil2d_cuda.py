@@ -55,7 +55,7 @@ def test_the_contract_holds_what_the_binding_and_a_reader_need():
 
 
 def test_groundtruth_computes_the_reference():
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     namespace = {}
     exec(cuda.contract(task(radius=1, steps=2)).files["groundtruth.py"], namespace)
     field, weights = namespace["get_inputs"](n=9, device="cpu")

@@ -191,12 +191,8 @@ class CudaProfile:
         if problem or not kernels:
             why = problem or f"ncu reported no kernel in the NVTX range ({describe_exit(result.returncode or 0)})"
             return attrs.evolve(measured, profile=fallback_profile(why, job, measured.latency_ms))
-        summary = profile.summarize(kernels, latency_ms=measured.latency_ms, roofline=job.roofline, sm_count=_sm_count(job))
+        summary = profile.summarize(kernels, latency_ms=measured.latency_ms, roofline=job.roofline)  # SMs: ncu's launch__sm_count
         return attrs.evolve(measured, profile=summary)
-
-
-def _sm_count(job: EvalJob) -> int:
-    return int(job.toolchain.get("sms", 132))
 
 
 def fallback_profile(why: str, job: EvalJob, latency_ms: float) -> Profile:
