@@ -462,19 +462,7 @@ class AnswerCache:
 
     def put(self, request: AgentRequest, answer: AgentAnswer, backend: str) -> None:
         recorded = records.RecordedAnswer(
-            backend=backend,
-            role=request.role,
-            round=request.round,
-            sample=request.sample,
-            attempt=request.attempt,
-            candidates=request.candidates,
-            prompt=request.prompt,
-            text=answer.text,
-            input_tokens=answer.input_tokens,
-            output_tokens=answer.output_tokens,
-            model=answer.model,
-            cost_usd=answer.cost_usd,
-            truncated=answer.truncated,
+            backend=backend, **_fields_of(request, records.RecordedAnswer), **_fields_of(answer, records.RecordedAnswer)
         )
         write_text_atomic(self.path / f"{request_key(request)}.json", json.dumps(to_dict(recorded), indent=1, sort_keys=True))
 
@@ -485,14 +473,12 @@ class AnswerCache:
 
 
 def _recorded_answer(recorded: records.RecordedAnswer) -> AgentAnswer:
-    return AgentAnswer(
-        text=recorded.text,
-        input_tokens=recorded.input_tokens,
-        output_tokens=recorded.output_tokens,
-        model=recorded.model,
-        cost_usd=recorded.cost_usd,
-        truncated=recorded.truncated,
-    )
+    return AgentAnswer(**_fields_of(recorded, AgentAnswer))
+
+
+def _fields_of(source: Any, target: type) -> dict[str, Any]:
+    """The attributes of `source` that are fields of the attrs class `target`."""
+    return {f.name: getattr(source, f.name) for f in attrs.fields(target) if hasattr(source, f.name)}
 
 
 # --- the agents -------------------------------------------------------------------------------
