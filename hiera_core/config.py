@@ -65,6 +65,8 @@ class RunConfig:
     """Run directory; empty means `runs/<run id>` under the working directory."""
     remeasure: bool = True
     """Measure the winner again in a fresh process on fresh inputs at the end of the run."""
+    baselines: bool = True
+    """Measure the workload's baselines (cuDNN called directly, ...) at the start of the run."""
 
     def __attrs_post_init__(self) -> None:
         if self.rounds < 0 or self.population < 1 or self.parents < 1:

@@ -79,6 +79,8 @@ class Engine:
         structlog.contextvars.bind_contextvars(run_id=self.store.manifest.run_id, task=session.task.name)
         self.roofline = self._roofline()
         hook.hiera_run_started(session=session, manifest=self.store.manifest, run_dir=self.store.path)
+        if self.run.baselines:
+            self._evaluate_baselines()
 
         self._evaluate_round(0, self._generated(0, self._seed_batch))
         for round_ in range(1, self.run.rounds + 1):
@@ -274,6 +276,37 @@ class Engine:
         self.history.append((candidate, evaluation))
         log.info("candidate_evaluated", candidate=candidate.id, outcome=type(evaluation).__name__)
         self.session.pm.hook.hiera_candidate_evaluated(session=self.session, candidate=candidate, evaluation=evaluation)
+
+    def _evaluate_baselines(self) -> None:
+        """The workload's baselines, each evaluated once per run like a candidate (outside the budget)."""
+        offered = getattr(self.session.workload, "baselines", None)
+        if offered is None:
+            return
+        done = {e.name for e in self.store.events if isinstance(e, records.BaselineEvaluated)}
+        names, jobs = {}, []
+        for baseline in offered(self.session.task, self.session.arch_name):
+            if baseline.name in done:
+                continue
+            candidate = Candidate(
+                id=candidate_id(baseline.source, self.contract, self.toolchain), source=baseline.source,
+                space=baseline.space, round=0, origin=baseline.origin or baseline.name,
+            )
+            job = new_job(
+                self.session, candidate, contract=self.contract, toolchain=self.toolchain, roofline=self.roofline,
+                workdir=self.store.path / "baselines" / candidate.id,
+            )
+            names[job.workdir] = baseline.name
+            jobs.append(job)
+        for job, evaluation in self.session.executor.run(jobs, self.evaluate):
+            write_text_atomic(job.workdir / "evaluation.json", evaluation_to_json(evaluation))
+            self.stage_s.pop(job.candidate.id, None)
+            self.store.append(
+                records.BaselineEvaluated(
+                    name=names[job.workdir], candidate=job.candidate, evaluation=evaluation,
+                    wall_s=round(self.wall_s.pop(job.candidate.id, 0.0), 4),
+                )
+            )
+            log.info("baseline_evaluated", baseline=names[job.workdir], outcome=type(evaluation).__name__)
 
     def _remeasure(self, best: Candidate) -> Evaluation:
         [(_, evaluation)] = list(self.session.executor.run([self._job(best, remeasure=True)], self.evaluate))

@@ -89,6 +89,9 @@ class Workload(Protocol):
         interface is the architecture's to define (the `host` one is documented in `hiera_plugins.host.worker`)."""
         ...
 
+    # Optional: `baselines(task, arch) -> list[records.Baseline]`, implementations users compare against;
+    # each run evaluates them once, before its initial candidate, and the report sets the best against each.
+
 
 @runtime_checkable
 class ImplementationSpace(Protocol):

@@ -299,6 +299,28 @@ class CandidateEvaluated:
 
 
 @attrs.frozen(kw_only=True)
+class Baseline:
+    """An implementation users compare against (cuDNN called directly, ...), which a workload offers to be
+    measured in every run beside the search, outside its candidate budget."""
+
+    name: str
+    space: str
+    """The implementation space its source belongs to (its static check is that space's)."""
+    source: str
+    origin: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class BaselineEvaluated:
+    """A workload baseline, evaluated by the same pipeline as candidates, at the start of the run."""
+
+    name: str
+    candidate: Candidate
+    evaluation: Evaluation
+    wall_s: float
+
+
+@attrs.frozen(kw_only=True)
 class RoundFinished:
     round: int
     best_candidate_id: str | None
@@ -357,5 +379,8 @@ class RecordedAnswer:
     truncated: bool = False
 
 
-Event = RunStarted | PlanMade | CandidatesGenerated | CandidateEvaluated | RoundFinished | RunFinished | AgentCalled
+Event = (
+    RunStarted | BaselineEvaluated | PlanMade | CandidatesGenerated | CandidateEvaluated | RoundFinished | RunFinished
+    | AgentCalled
+)
 """One line of `trajectory.jsonl`."""

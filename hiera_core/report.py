@@ -192,6 +192,7 @@ def write_report(store: RunStore) -> Path:
     evaluated = [e for e in events if isinstance(e, records.CandidateEvaluated)]
     roofline = next((e.roofline for e in events if isinstance(e, records.RunStarted)), None)
     finished = next((e for e in events if isinstance(e, records.RunFinished)), None)
+    baselines = [e for e in events if isinstance(e, records.BaselineEvaluated)]
     measured = [e for e in evaluated if isinstance(e.evaluation, Measured)]
     best = min(measured, key=lambda e: e.evaluation.latency_ms, default=None)
     seed = evaluated[0] if evaluated and evaluated[0].candidate.round == 0 else None
@@ -237,6 +238,7 @@ def write_report(store: RunStore) -> Path:
             lines.append(f"- re-measured in a fresh process on fresh inputs: {figure}")
         for flag in b.flags:
             lines.append(f"- ⚠ {flag}")
+    lines += _baselines_section(baselines, best.evaluation if best else None, roofline)
 
     lines += [
         "",
@@ -281,12 +283,35 @@ def write_report(store: RunStore) -> Path:
             f"| `{e.candidate.id}` | {e.candidate.round} | {e.candidate.space} | {e.candidate.direction or '-'} |"
             f" {e.candidate.origin or '-'} | {outcome} |"
         )
-    plot = _plot(store.path, rows, evaluated, roofline)
+    plot = _plot(store.path, rows, evaluated, roofline, baselines)
     if plot is not None:
         lines += ["", f"![best latency per round]({plot.relative_to(store.path)})"]
     path = store.path / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _baselines_section(
+    baselines: list[records.BaselineEvaluated], best: Measured | None, roofline: records.Roofline | None
+) -> list[str]:
+    if not baselines:
+        return []
+    lines = [
+        "",
+        "## Baselines (measured in this run)",
+        "",
+        "| baseline | space | latency (ms) | of the floor | best found is |",
+        "|---|---|---|---|---|",
+    ]
+    for e in baselines:
+        ev = e.evaluation
+        if not isinstance(ev, Measured):
+            lines.append(f"| {e.name} | {e.candidate.space} | {type(ev).__name__}: {_reason(ev)} | - | - |")
+            continue
+        floor = f"{roofline.floor_ms / ev.latency_ms:.0%}" if roofline is not None else "-"
+        versus = f"**{ev.latency_ms / best.latency_ms:.2f}×** faster" if best is not None else "-"
+        lines.append(f"| {e.name} | {e.candidate.space} | {ev.latency_ms:.3f} | {floor} | {versus} |")
+    return lines
 
 
 def _reason(evaluation: records.Evaluation) -> str:
@@ -297,7 +322,10 @@ def _reason(evaluation: records.Evaluation) -> str:
     return first.replace("|", "\\|")[:120]
 
 
-def _plot(run_dir: Path, rows: list[RoundRow], evaluated: list[records.CandidateEvaluated], roofline) -> Path | None:
+def _plot(
+    run_dir: Path, rows: list[RoundRow], evaluated: list[records.CandidateEvaluated], roofline,
+    baselines: list[records.BaselineEvaluated],
+) -> Path | None:
     points = [(e.candidate.round, e.evaluation.latency_ms) for e in evaluated if isinstance(e.evaluation, Measured)]
     if not points:
         return None
@@ -318,6 +346,11 @@ def _plot(run_dir: Path, rows: list[RoundRow], evaluated: list[records.Candidate
     ax.axhline(sorted(reference)[len(reference) // 2], color="C3", linestyle="--", label="reference")
     if roofline is not None:
         ax.axhline(roofline.floor_ms, color="C2", linestyle=":", label="roofline floor")
+    styles = iter([(c, "-.") for c in ("C1", "C4", "C5", "C6", "C8", "C9")] * 4)
+    for e in baselines:
+        if isinstance(e.evaluation, Measured):
+            color, style = next(styles)
+            ax.axhline(e.evaluation.latency_ms, color=color, linestyle=style, linewidth=1, label=e.name)
     ax.set_yscale("log")
     ax.set_xlabel("round")
     ax.set_ylabel("latency (ms, log)")

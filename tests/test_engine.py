@@ -152,3 +152,35 @@ def test_the_expert_does_not_give_up_the_best_candidates_library_features(tmp_pa
     decision = session.backend.select_space(context)
     assert max(decision["scores"], key=decision["scores"].get) == "M"
     assert decision["space"] == "cuda_libraries"
+
+
+def test_a_workloads_baselines_are_measured_once_and_reported_beside_the_best(tmp_path, monkeypatch):
+    """A workload's baselines go through the candidate pipeline before the seed, outside the budget; the
+    report sets the best against each; a resumed run measures none of them again."""
+    from hiera_workloads.stencil2d import host
+
+    template = host.HostStencilTemplate()
+    unrolled = {**template.defaults(), "unroll": 4}
+    offered = [
+        records.Baseline(name="unrolled by hand", space="pure_cuda", source=template.render(unrolled)),
+        records.Baseline(name="broken", space="pure_cuda", source="int stencil2d(void) { return }"),
+    ]
+    monkeypatch.setattr(host, "baselines", lambda task: offered, raising=False)
+    config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 1, "population": 2},
+                         overrides=["workload.stencil2d.host_n=48", "run.remeasure=false"])
+    session = Session.create(config, make_plugin_manager())
+    store = create_run(session, tmp_path / "run")
+    Engine(session, store).optimize()
+
+    events = store.events
+    measured = [e for e in events if isinstance(e, records.BaselineEvaluated)]
+    assert [(e.name, type(e.evaluation).__name__) for e in measured] == [
+        ("unrolled by hand", "Measured"), ("broken", "CompileFailed")]
+    assert events.index(measured[0]) < next(i for i, e in enumerate(events) if isinstance(e, records.CandidateEvaluated))
+    assert len([e for e in events if isinstance(e, records.CandidateEvaluated)]) == 3  # the budget is the candidates'
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Baselines (measured in this run)" in report
+    assert "| unrolled by hand | pure_cuda |" in report and "| broken | pure_cuda | CompileFailed" in report
+
+    Engine(session, store).optimize()  # resumed: nothing measured again
+    assert len([e for e in store.events if isinstance(e, records.BaselineEvaluated)]) == 2

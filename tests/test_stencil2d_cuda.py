@@ -96,7 +96,7 @@ def test_moot_knobs_do_not_change_the_source():
         sources.setdefault(key, set()).add(TEMPLATE.render(p))
     assert all(len(texts) == 1 for texts in sources.values())
     distinct = {text for texts in sources.values() for text in texts}
-    kernels = 4 * 4 * 2 + 2 * (4 * 4 * 2 * 2)  # global (no vector loads), smem and smem_stream
+    kernels = 4 * 4 * 2 + 2 * (4 * 4 * 2 * 2) + 2 * 2 * (2 * 3 * 3 * 3)  # global (no vector loads), smem, smem_stream, ring
     assert len(distinct) == len(sources) == kernels + 1 + 2  # + cuDNN + ATen's conv2d and FFT
 
 
@@ -177,16 +177,16 @@ def test_work_counts_one_read_and_one_write_and_an_fma_per_tap():
 
 @pytest.mark.skipif(find_cuda_home() is None, reason="no CUDA toolkit")
 def test_the_most_complex_kernel_builds(tmp_path):
-    """Compile-only (no GPU): register streaming with split boundaries and double2 loads, as the
+    """Compile-only (no GPU): the cp.async ring with split boundaries and 16-byte copies, as the
     evaluator builds it; ptxas reports both instantiations of the kernel without spills."""
     pytest.importorskip("torch")
     from hiera_plugins.cuda.build import build_candidate
 
     arch = CudaArchitecture(CudaConfig(cache_dir=str(tmp_path / "cache")))
     t = task()
-    source = TEMPLATE.render(params(tiling="smem_stream", outputs_per_thread=16, boundary="split", vector_loads=True))
+    source = TEMPLATE.render(params(tiling="ring", ring_columns=4, ring_threads=256, boundary="split", vector_loads=True))
     job = EvalJob(
-        candidate=Candidate(id="stream", source=source, space="pure_cuda", round=1), task=t,
+        candidate=Candidate(id="ring", source=source, space="pure_cuda", round=1), task=t,
         contract=cuda.contract(t), arch="cuda", space_rank=0, workdir=tmp_path, workload_factory="", workload_config={},
         toolchain=arch.toolchain(),
     )

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from hiera_core.protocols import Knob
-from hiera_core.records import Contract, Task
+from hiera_core.records import Baseline, Contract, Task
 from hiera_workloads.stencil2d.reference import reference as shifted_add_reference
 from hiera_workloads.stencil2d.reference import stencil_weights
 
@@ -84,6 +84,23 @@ def seed(task: Task) -> tuple[str, dict[str, Any], str]:
 
 def templates(task: Task) -> list[CudaStencilTemplate]:
     return [CudaStencilTemplate(radius=task.params["radius"])]
+
+
+BASELINES = (
+    ("cuDNN via torch conv2d", "libraries_pytorch", {"aten": "conv2d"}),
+    ("cuDNN direct (fastest of cudnnFind)", "cuda_libraries", {"cudnn": True}),
+    ("FFT (ATen rfft2 · irfft2)", "libraries_pytorch", {"aten": "fft"}),
+)
+"""(name, space, template knobs) of what users compare a stencil kernel against."""
+
+
+def baselines(task: Task) -> list[Baseline]:
+    template = CudaStencilTemplate(radius=task.params["radius"])
+    out = []
+    for name, space, knobs in BASELINES:
+        params = {**template.defaults(), **knobs}
+        out.append(Baseline(name=name, space=space, source=template.render(params), origin=template.describe(params)))
+    return out
 
 
 def harness(task: Task) -> CudaStencilHarness:
@@ -185,11 +202,17 @@ class CudaStencilTemplate:
 
     name = "stencil2d-cuda"
     knobs = {
-        "tiling": Knob(values=("global", "smem", "smem_stream"), direction="R", space="pure_cuda"),
+        "tiling": Knob(values=("global", "smem", "smem_stream", "ring"), direction="R", space="pure_cuda"),
         "block": Knob(values=("32x8", "64x4", "32x16", "128x2"), direction="P", space="pure_cuda"),
         "outputs_per_thread": Knob(values=(1, 4, 8, 16), direction="T", space="pure_cuda"),
         "boundary": Knob(values=("checked", "split"), direction="C", space="pure_cuda"),
         "vector_loads": Knob(values=(False, True), direction="M", space="pure_cuda"),
+        # The ring kernel's own shape (tiling=ring): each value's first entry is the best we measured on
+        # the H200 (scripts/explore_stencil_kernels.py), the others are the neighbours a search moves to.
+        "ring_columns": Knob(values=(2, 4), direction="T", space="pure_cuda"),
+        "ring_threads": Knob(values=(128, 64, 256), direction="P", space="pure_cuda"),
+        "strip_rows": Knob(values=(120, 60, 240), direction="M", space="pure_cuda"),
+        "ring_stages": Knob(values=(4, 3, 6), direction="R", space="pure_cuda"),
         "cudnn": Knob(values=(False, True), direction="T", space="cuda_libraries"),
         "aten": Knob(values=("none", "conv2d", "fft"), direction="T", space="libraries_pytorch"),
     }
@@ -210,6 +233,8 @@ class CudaStencilTemplate:
             return ["aten"]
         if params["cudnn"]:
             return ["cudnn"]
+        if params["tiling"] == "ring":
+            return ["tiling", "boundary", "vector_loads", "ring_columns", "ring_threads", "strip_rows", "ring_stages"]
         kernel = ["tiling", "block", "outputs_per_thread", "boundary", "vector_loads"]
         return kernel[:-1] if params["tiling"] == "global" else kernel  # vector loads fill a shared tile
 
@@ -256,6 +281,8 @@ void check_arguments(const torch::Tensor& field, const torch::Tensor& weights, i
 
 
 def _custom_kernel(params: Mapping[str, Any]) -> str:
+    if params["tiling"] == "ring":
+        return _ring_kernel(params)
     bx, by = (int(v) for v in params["block"].split("x"))
     rows = params["outputs_per_thread"]
     split = params["boundary"] == "split"
@@ -526,6 +553,157 @@ torch::Tensor stencil2d(torch::Tensor field, torch::Tensor weights, int64_t step
         src = dst;
     }}
     return out;
+}}
+"""
+
+
+def _ring_kernel(params: Mapping[str, Any]) -> str:
+    constants = _RING_CONSTANTS.format(
+        w=params["ring_columns"], bx=params["ring_threads"], h=params["strip_rows"], s=params["ring_stages"]
+    )
+    if params["boundary"] == "split":
+        interior = """\
+    // Blocks whose segment columns all lie inside the grid copy and store without tests (block-uniform).
+    if (xb - HX >= 0 && xb + BX * W + HX <= n)
+        stream_strip<PAIRS, true>(in, out, ring, n, xb, y0);
+    else
+        stream_strip<PAIRS, false>(in, out, ring, n, xb, y0);"""
+    else:
+        interior = "    stream_strip<PAIRS, false>(in, out, ring, n, xb, y0);"
+    vector = params["vector_loads"]
+    launch = _RING_LAUNCH.format(
+        interior=interior,
+        pairs_param=", bool pairs" if vector else "",
+        kernel="pairs ? stencil_step<true> : stencil_step<false>" if vector else "stencil_step<false>",
+    )
+    return "\n".join([constants, _RING_BODY, launch, _entry(vector=vector)])
+
+
+_RING_CONSTANTS = """
+constexpr int W = {w};  // outputs per thread: W consecutive columns of one row at a time
+constexpr int BX = {bx};  // threads per block, one row of them: a block owns BX * W columns
+constexpr int H = {h};  // output rows per block: the strip it streams down
+constexpr int S = {s};  // stages of the shared-memory ring: rows loaded ahead of the one computed
+constexpr int HX = R + (R & 1);  // halo columns, rounded up to even so that pairs stay 16-byte aligned
+constexpr int NV = W + 2 * HX;  // the input values of one row a thread reads
+constexpr int SEG = BX * W + 2 * HX;  // doubles of one input row segment (one ring stage)
+constexpr size_t SMEM_BYTES = sizeof(double) * S * SEG;
+
+__constant__ double c_w[K * K];  // the weights: every thread of a warp reads the same one
+"""
+
+_RING_BODY = """
+// Register streaming through a shared-memory ring. A block owns BX * W columns and H rows; it walks down
+// its H + 2R input rows. Row j + S - 1 is copied into the ring (cp.async, no registers) while row j is
+// computed, so S - 1 rows of loads are always in flight. Each thread reads the NV values of row j it needs
+// into registers and adds them into the K rows of W outputs the row touches (acc[K][W], a rotating window
+// whose slots are compile-time constants because the loop is unrolled K times); an output row is complete
+// after its last input row, stored and its slot reused. Every input is read from DRAM once (plus 2R halo
+// rows per strip) and every weight comes from constant memory.
+__device__ __forceinline__ void copy_async(double* smem, const double* gmem, int bytes) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    if (bytes == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\\n" ::"r"(s), "l"(gmem));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\\n" ::"r"(s), "l"(gmem));
+}
+
+// Strip row j (input row y0 - R + j) into stage j % S, zero outside the grid, as one commit group.
+// PAIRS: 16-byte copies (n even, grid aligned); INTERIOR: every column of the segment is inside the grid.
+template <bool PAIRS, bool INTERIOR>
+__device__ __forceinline__ void stage_row(const double* __restrict__ in, double* ring, int n, int xb, int y0, int j) {
+    constexpr int UNIT = PAIRS ? 2 : 1, UNITS = SEG / UNIT, LOADS = (UNITS + BX - 1) / BX;
+    const int i = y0 - R + j;
+    double* dst = ring + (j % S) * SEG;
+    const bool row_inside = i >= 0 && i < n && j < H + 2 * R;
+    const double* row = in + (size_t)(row_inside ? i : 0) * n + xb - HX;
+#pragma unroll
+    for (int k = 0; k < LOADS; ++k) {
+        const int u = threadIdx.x + k * BX;
+        if ((k + 1) * BX <= UNITS || u < UNITS) {
+            const int c = xb - HX + UNIT * u;
+            if (row_inside && (INTERIOR || (c >= 0 && c < n))) {
+                copy_async(dst + UNIT * u, row + UNIT * u, 8 * UNIT);
+            } else {
+#pragma unroll
+                for (int e = 0; e < UNIT; ++e) dst[UNIT * u + e] = 0.0;
+            }
+        }
+    }
+    asm volatile("cp.async.commit_group;\\n" ::);
+}
+
+template <bool PAIRS, bool INTERIOR>
+__device__ __forceinline__ void stream_strip(const double* __restrict__ in, double* __restrict__ out, double* ring,
+                                             int n, int xb, int y0) {
+    const int x0 = xb + threadIdx.x * W;
+    double acc[K][W];
+#pragma unroll
+    for (int s = 0; s < K; ++s)
+#pragma unroll
+        for (int w = 0; w < W; ++w) acc[s][w] = 0.0;
+#pragma unroll
+    for (int j = 0; j < S - 1; ++j) stage_row<PAIRS, INTERIOR>(in, ring, n, xb, y0, j);
+    for (int jb = 0; jb < H + 2 * R; jb += K) {
+#pragma unroll
+        for (int u = 0; u < K; ++u) {  // row j's window slots are (u - a) mod K: constants
+            const int j = jb + u;
+            if ((H + 2 * R) % K == 0 || j < H + 2 * R) {
+                asm volatile("cp.async.wait_group %0;\\n" ::"n"(S - 2));  // row j has landed
+                __syncthreads();  // for every thread, and every thread is done with row j - 1
+                stage_row<PAIRS, INTERIOR>(in, ring, n, xb, y0, j + S - 1);  // into row j - 1's stage
+                const double* src = ring + (j % S) * SEG + threadIdx.x * W;
+                double v[NV];
+#pragma unroll
+                for (int q = 0; q < NV; q += 2) {
+                    const double2 t = *reinterpret_cast<const double2*>(src + q);
+                    v[q] = t.x;
+                    v[q + 1] = t.y;
+                }
+#pragma unroll
+                for (int a = 0; a < K; ++a) {  // input row j meets weight row a in output row j - a (strip-relative)
+                    const int s = (u - a + K) % K;
+#pragma unroll
+                    for (int b = 0; b < K; ++b)
+#pragma unroll
+                        for (int w = 0; w < W; ++w) acc[s][w] = fma(c_w[a * K + b], v[w + b - R + HX], acc[s][w]);
+                }
+                const int o = y0 + j - 2 * R, s = (u + 1) % K;  // the output row that row j completes
+                if (o >= y0 && o < n && (INTERIOR || x0 < n)) {
+                    double* dst = out + (size_t)o * n + x0;
+                    if (PAIRS && (INTERIOR || x0 + W <= n)) {
+#pragma unroll
+                        for (int w = 0; w < W; w += 2) *reinterpret_cast<double2*>(dst + w) = make_double2(acc[s][w], acc[s][w + 1]);
+                    } else {
+#pragma unroll
+                        for (int w = 0; w < W; ++w)
+                            if (INTERIOR || x0 + w < n) dst[w] = acc[s][w];
+                    }
+                }
+#pragma unroll
+                for (int w = 0; w < W; ++w) acc[s][w] = 0.0;
+            }
+        }
+    }
+}
+
+"""
+
+_RING_LAUNCH = """
+template <bool PAIRS>
+__global__ void __launch_bounds__(BX) stencil_step(const double* __restrict__ in, double* __restrict__ out, int n) {{
+    extern __shared__ __align__(16) double ring[];
+    const int xb = blockIdx.x * BX * W, y0 = blockIdx.y * H;
+{interior}
+}}
+
+void launch_step(const double* in, double* out, int n{pairs_param}, cudaStream_t stream) {{
+    const dim3 block(BX), grid((n + BX * W - 1) / (BX * W), (n + H - 1) / H);
+    TORCH_CHECK(grid.y <= 65535, "n=", n, " needs more than 65535 blocks in y");
+    auto kernel = {kernel};
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES));
+    kernel<<<grid, block, SMEM_BYTES, stream>>>(in, out, n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
 }}
 """
 

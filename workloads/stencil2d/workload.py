@@ -8,13 +8,13 @@ from typing import Any, ClassVar
 import attrs
 
 from hiera_core.protocols import Template, UnsupportedArchitecture
-from hiera_core.records import Contract, Task
+from hiera_core.records import Baseline, Contract, Task
 from hiera_workloads.stencil2d import cuda, host
 from hiera_workloads.stencil2d.reference import WEIGHT_KINDS
 
 SIDES: dict[str, ModuleType] = {"host": host, "cuda": cuda}
 """Each architecture's side of the workload: a module with `grid`, `contract`, `seed`, `templates` and
-`harness`, each taking the task."""
+`harness`, each taking the task (and optionally `baselines`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -86,6 +86,11 @@ class Stencil2D:
         k = 2 * task.params["radius"] + 1
         points = n * n * task.params["steps"]
         return 2.0 * 8 * points, 2.0 * k * k * points
+
+    def baselines(self, task: Task, arch: str) -> list[Baseline]:
+        """What users compare against, measured in every run (the GPU side: cuDNN two ways and FFT)."""
+        side = self._side(arch)
+        return side.baselines(task) if hasattr(side, "baselines") else []
 
     def harness(self, task: Task, arch: str) -> Any:
         return self._side(arch).harness(task)
