@@ -1,6 +1,8 @@
 """Explore register-streaming stencil kernels on a GPU with CuPy (NVRTC builds each variant in about a second).
 
-Each variant is checked against a CuPy shifted-add FP64 reference at n and at an odd-shaped n, then timed
+Two families: `ldg` (each thread streams down its W columns, loading every input row from global memory
+through L1) and `ring` (the same, with rows copied S - 1 ahead into a shared-memory ring by cp.async: the
+kernel behind the stencil2d template's tiling=ring). Each variant is checked against a CuPy shifted-add FP64 reference at n and at an odd-shaped n, then timed
 (median of CUDA-event times over repeated launches). Prints one line per variant, fastest first, and the
 measured copy floor. Usage: python scripts/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick]
 """
@@ -100,96 +102,6 @@ extern "C" __global__ void __launch_bounds__(BX, MINB) stencil(const double* __r
 """
 
 RING_SOURCE = r"""
-#define R {R}
-#define K (2 * R + 1)
-#define W {W}
-#define BX {BX}
-#define H {H}
-#define S {S}
-#define MINB {MINB}
-#define HX (R + (R & 1))
-#define NV (W + 2 * HX)
-#define SEG (BX * W + 2 * HX)
-#define SEGP (SEG / 2)
-
-__constant__ double c_w[K * K];
-
-__device__ __forceinline__ void cp_async16(double* smem, const double* gmem) {{
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}}
-
-// Row j of the strip (input row y0 - R + j) into stage j % S, zero outside the grid; one commit group.
-__device__ __forceinline__ void issue(const double* __restrict__ in, double* ring, int n, int xb, int y0, int j) {{
-    const int i = y0 - R + j;
-    double* dst = ring + (j % S) * SEG;
-    const bool row_ok = i >= 0 && i < n && j < H + 2 * R;
-    const double* row = in + (size_t)(row_ok ? i : 0) * n;
-    for (int p = threadIdx.x; p < SEGP; p += BX) {{
-        const int c = xb - HX + 2 * p;
-        if (row_ok && c >= 0 && c < n)
-            cp_async16(dst + 2 * p, row + c);
-        else
-            *reinterpret_cast<double2*>(dst + 2 * p) = make_double2(0.0, 0.0);
-    }}
-    asm volatile("cp.async.commit_group;\n" ::);
-}}
-
-extern "C" __global__ void __launch_bounds__(BX, MINB) stencil(const double* __restrict__ in, double* __restrict__ out, int n) {{
-    extern __shared__ __align__(16) double ring[];
-    const int xb = blockIdx.x * BX * W, x0 = xb + threadIdx.x * W, y0 = blockIdx.y * H;
-    double acc[K][W];
-#pragma unroll
-    for (int s = 0; s < K; ++s)
-#pragma unroll
-        for (int w = 0; w < W; ++w) acc[s][w] = 0.0;
-#pragma unroll
-    for (int j = 0; j < S - 1; ++j) issue(in, ring, n, xb, y0, j);
-    for (int ib = 0; ib < H + 2 * R; ib += K) {{
-#pragma unroll
-        for (int u = 0; u < K; ++u) {{
-            const int j = ib + u;
-            if (j < H + 2 * R) {{
-                asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 2));
-                __syncthreads();
-                issue(in, ring, n, xb, y0, j + S - 1);
-                const double* src = ring + (j % S) * SEG + threadIdx.x * W;
-                double v[NV];
-#pragma unroll
-                for (int q = 0; q < NV; q += 2) {{
-                    const double2 t = *reinterpret_cast<const double2*>(src + q);
-                    v[q] = t.x;
-                    v[q + 1] = t.y;
-                }}
-#pragma unroll
-                for (int a = 0; a < K; ++a) {{
-                    const int s = (u - a + K) % K;
-#pragma unroll
-                    for (int b = 0; b < K; ++b)
-#pragma unroll
-                        for (int w = 0; w < W; ++w) acc[s][w] = fma(c_w[a * K + b], v[w + b - R + HX], acc[s][w]);
-                }}
-                const int o = y0 + j - 2 * R, s = (u + 1) % K;
-                if (o >= y0 && o < n && x0 < n) {{
-                    double* dst = out + (size_t)o * n + x0;
-                    if (x0 + W <= n) {{
-#pragma unroll
-                        for (int w = 0; w < W; w += 2) *reinterpret_cast<double2*>(dst + w) = make_double2(acc[s][w], acc[s][w + 1]);
-                    }} else {{
-#pragma unroll
-                        for (int w = 0; w < W; ++w) if (x0 + w < n) dst[w] = acc[s][w];
-                    }}
-                }}
-#pragma unroll
-                for (int w = 0; w < W; ++w) acc[s][w] = 0.0;
-            }}
-        }}
-    }}
-}}
-"""
-
-
-RING2_SOURCE = r"""
 #define R {R}
 #define K (2 * R + 1)
 #define W {W}
@@ -369,16 +281,18 @@ def main() -> None:
     floor_ms = copy_ms
     print(f"copy {n}^2 FP64: {copy_ms:.4f} ms = {2 * 8 * n * n / copy_ms / 1e9:.2f} TB/s (the one-step memory floor)")
 
-    variants = [{"kind": "ring2", "W": 2, "BX": bx, "H": h, "S": st, "WREG": 0, "MINB": 1, "L2HINT": l2, "STCS": cs}
+    variants = [{"kind": "ring", "W": 2, "BX": bx, "H": h, "S": st, "WREG": 0, "MINB": 1, "L2HINT": l2, "STCS": cs}
                 for bx in (64, 128, 192) for h in (90, 120, 150) for st in (4, 5) for l2 in (0, 1) for cs in (0, 1)]
-    variants += [{"kind": "ring2", "W": 4, "BX": 256, "H": 120, "S": 4, "WREG": 0, "MINB": 1, "L2HINT": l2, "STCS": cs}
-                 for l2 in (0, 1) for cs in (0, 1)]
+    variants += [{"kind": "ring", "W": 4, "BX": bx, "H": 120, "S": 4, "WREG": wr, "MINB": 1, "L2HINT": 0, "STCS": 0}
+                 for bx in (128, 256) for wr in (0, 1)]
+    variants += [{"kind": "ldg", "W": w, "BX": 128, "H": 120, "YFAST": 0, "PF": pf, "MINB": m}
+                 for w, m in ((2, 3), (4, 2)) for pf in (0, 1)]
     if args.quick:
         variants = variants[:1]
     rows = []
     for p in variants:
         t0 = time.perf_counter()
-        source = {"ldg": SOURCE, "ring": RING_SOURCE, "ring2": RING2_SOURCE}[p["kind"]].format(R=r, **p)
+        source = {"ldg": SOURCE, "ring": RING_SOURCE}[p["kind"]].format(R=r, **p)
         module = cp.RawModule(code=source, options=("-std=c++17",))
         kernel = module.get_function("stencil")
         shared = 0
