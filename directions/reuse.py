@@ -9,8 +9,10 @@ from hiera_core.records import Profile
 from hiera_directions._catalogue import nested
 from hiera_directions._signals import deficit_score
 
-SIGNALS = ("dram_reuse", "cache_resilience")
-"""GPU: ideal DRAM bytes / measured DRAM bytes. Host: per-point time on a cache-resident grid / at task size."""
+SIGNALS = ("onchip_reuse", "dram_reuse", "cache_resilience")
+"""GPU: ideal bytes / bytes requested from L1 by global loads and stores, and ideal DRAM bytes / measured DRAM
+bytes; the worse of the two counts. Host: per-point time on a cache-resident grid / at task size."""
+GPU_SIGNALS = SIGNALS[:2]
 
 _CATALOGUE = {
     "pure_cuda": (
@@ -122,6 +124,10 @@ class DataReuse:
         (
             "- Compare `dram__bytes_read.sum` + `dram__bytes_write.sum` with the ideal (unique inputs + outputs): "
             "a ratio above 1.5 means data is fetched repeatedly; tile or fuse.",
+            "- Compare the sectors requested from L1 (`l1tex__t_sectors_pipe_lsu_mem_global_op_{ld,st}.sum` x 32 B) "
+            "with the same ideal: a kernel can see each byte once in DRAM and still be bound by L1/L2 bandwidth "
+            "when every output re-loads its neighbours (memory throughput far above DRAM throughput); keep them "
+            "in shared memory or registers instead.",
             "- H200: 228 KB of shared memory per SM carved from the 256 KB L1 (227 KB per block, opt-in above "
             "48 KB); size tiles so two blocks or all pipeline stages fit.",
             "- A radius-r stencil on a T x T tile reads (T + 2r)^2 inputs for T^2 outputs: larger tiles amortise "
@@ -158,6 +164,9 @@ class DataReuse:
         return nested(_CATALOGUE, space)
 
     def score(self, profile: Profile | None) -> tuple[float, str]:
+        present = [name for name in GPU_SIGNALS if profile is not None and name in profile.signals]
+        if present:  # reuse is missing wherever data is fetched again: on chip or from DRAM
+            return deficit_score("R", profile, (min(present, key=profile.signals.__getitem__),))
         return deficit_score("R", profile, SIGNALS)
 
 

@@ -20,6 +20,7 @@ GPU_SIGNALS = {
     "grid_fill",
     "sector_efficiency",
     "dram_reuse",
+    "onchip_reuse",
     "pipe_utilization",
     "memory_floor_fraction",
     "compute_floor_fraction",
@@ -287,10 +288,40 @@ def test_latency_bound_kernel_points_at_parallelism(directions):
     assert any("32.0 sectors per load request" in line for line in profile.findings)
 
 
+def test_the_naive_stencil_on_the_h200_points_at_data_reuse(directions):
+    """The naive 7x7 FP64 stencil's real profile (H200, 10240², 2026-11-29): DRAM sees each byte about once,
+    but 49 loads per output keep L1/L2 at 91% of peak; R, not the busy ALU pipe's T, must come first."""
+    naive = KernelMetrics(
+        kernel_name="stencil_step",
+        metrics={
+            "gpu__time_duration.sum": 1_560_000.0,
+            "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": 90.8,
+            "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": 22.06,
+            "sm__throughput.avg.pct_of_peak_sustained_elapsed": 83.81,
+            "sm__warps_active.avg.pct_of_peak_sustained_active": 85.52,
+            "smsp__thread_inst_executed_pred_on_per_inst_executed.ratio": 31.31,
+            "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 1_421_463_112.0,
+            "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": 160_536_320.0,
+            "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum": 26_214_400.0,
+            "dram__bytes_read.sum": 838_892_800.0,
+            "dram__bytes_write.sum": 822_459_136.0,
+            "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_elapsed": 52.78,
+            "sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_elapsed": 19.74,
+            "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed": 13.09,
+        },
+    )
+    roofline = Roofline(bytes_moved=2 * 8 * 10240**2, flops=98 * 10240**2, peak_gbps=4227.0, peak_gflops=30100.0)
+    profile = ncu.summarize([naive], latency_ms=1.601, roofline=roofline)
+    assert profile.signals["dram_reuse"] > 0.99 and profile.signals["onchip_reuse"] < 0.05
+    scores = {name: direction.score(profile)[0] for name, direction in directions.items()}
+    assert max(scores, key=scores.__getitem__) == "R", scores
+    assert "onchip_reuse=0.04" in directions["R"].score(profile)[1]
+
+
 def test_without_a_roofline_there_are_no_floor_or_reuse_signals():
     kernels = ncu.parse_ncu_csv(raw_page(STENCIL, ["stencil5", "boundary_fix"]))
     profile = ncu.summarize(kernels, latency_ms=0.070, roofline=None)
-    assert set(profile.signals) == GPU_SIGNALS - {"dram_reuse", "memory_floor_fraction", "compute_floor_fraction"}
+    assert set(profile.signals) == GPU_SIGNALS - {"dram_reuse", "onchip_reuse", "memory_floor_fraction", "compute_floor_fraction"}
     assert "roofline floor" not in profile.findings[0]
 
 

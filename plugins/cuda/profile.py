@@ -21,6 +21,9 @@ Signals (all in [0, 1], 1 = healthy; the contract with `hiera_directions`):
   1 when the kernels touch no global memory.
 * `dram_reuse` (R) = roofline `bytes_moved` / (`dram__bytes_read.sum` + `dram__bytes_write.sum`), capped at 1;
   only with a roofline.
+* `onchip_reuse` (R) = roofline `bytes_moved` / (32 x the global load and store sectors the SMs request from
+  L1), capped at 1; only with a roofline. Low when every output re-reads its inputs through L1/L2 (a naive
+  stencil: 49 loads per point) although DRAM sees each byte once. `cp.async` copies are not counted.
 * `pipe_utilization` (T) = the busiest of the FP64, FMA, ALU, tensor (all) and DMMA pipes,
   `sm__pipe_*_cycles_active.avg.pct_of_peak_sustained_elapsed` / 100.
 * `memory_floor_fraction`, `compute_floor_fraction` = the roofline's floor / `latency_ms`, capped at 1.
@@ -291,6 +294,9 @@ def _signals(
     dram = _dram_bytes(metrics)
     if roofline is not None and dram is not None:
         signals["dram_reuse"] = 1.0 if dram == 0 else roofline.bytes_moved / dram
+    requested = sum(metrics.get(GLOBAL_SECTORS.format(op=op), 0.0) for op in ("ld", "st")) * 32
+    if roofline is not None and requested > 0:
+        signals["onchip_reuse"] = roofline.bytes_moved / requested
     pipes = [metrics[name] for name in PIPES.values() if name in metrics]
     if pipes:
         signals["pipe_utilization"] = max(pipes) / 100

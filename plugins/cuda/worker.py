@@ -2,7 +2,8 @@
 
 Order matters for honesty (eval.md §3, §4):
 1. every reference output (correctness cases, the timing input sets, and values written later into the
-   timing inputs in place) is computed in FP64, without TF32, before the candidate's library is loaded;
+   timing inputs in place) is computed in FP64, without TF32, before the candidate's library is loaded,
+   and stays allocated on the GPU until the process ends (outputs are compared there, without copies);
 2. each correctness case runs with a NaN-poisoned allocator, pristine input copies, and checks that the
    output is exactly a torch.Tensor of the right shape, dtype and device, aliases no input, and that no
    input changed;
@@ -95,14 +96,14 @@ def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
         for seed in seeds[:1] if large else seeds:
             for distribution in harness.distributions[:1] if large else harness.distributions:
                 inputs = harness.make_inputs(case, seed, distribution)
-                cases.append((case, seed, distribution, inputs, harness.reference(case, inputs).cpu()))
+                cases.append((case, seed, distribution, inputs, harness.reference(case, inputs)))
     timing_case = harness.timing_case()
     timing_sets = []
     for k in range(timing["input_sets"]):
         inputs = harness.make_inputs(timing_case, seeds[-1] + 1000 + k, harness.distributions[k % len(harness.distributions)])
-        timing_sets.append((inputs, harness.reference(timing_case, inputs).cpu()))
+        timing_sets.append((inputs, harness.reference(timing_case, inputs)))
     rewrite = harness.make_inputs(timing_case, seeds[-1] + 2000, harness.distributions[0])
-    rewrite_reference = harness.reference(timing_case, rewrite).cpu()
+    rewrite_reference = harness.reference(timing_case, rewrite)
     flush = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device="cuda")
     baseline = harness.baseline
     _timed(flush, lambda: baseline(timing_sets[0][0]))  # the harness's own threads exist before the candidate's
@@ -209,10 +210,7 @@ def _timed(flush: torch.Tensor, call) -> tuple[float, Any]:
 
 def _checked_call(fn, inputs, reference, dtype, rtol, atol, label) -> float:
     pristine = [t.clone() for t in inputs]
-    poison = torch.empty(max(sum(t.numel() * t.element_size() for t in inputs), reference.numel() * 8) * 2,
-                         dtype=torch.uint8, device="cuda")
-    poison.fill_(0xFF)  # all-ones bytes are NaN in every float type: uninitialised outputs fail
-    del poison
+    _poison_allocator(sum(t.numel() * t.element_size() for t in inputs), reference.numel() * 8)
     out = fn(*inputs)
     torch.cuda.synchronize()
     if type(out) is not torch.Tensor:
@@ -225,6 +223,21 @@ def _checked_call(fn, inputs, reference, dtype, rtol, atol, label) -> float:
     return _compare(out, reference, dtype, rtol, atol, label)
 
 
+def _poison_allocator(input_bytes: int, output_bytes: int) -> None:
+    """Fill the memory the candidate's outputs will be allocated from with all-ones bytes (NaN in every
+    float type), so that an output it never writes fails. The cached blocks (earlier comparisons'
+    temporaries) go back to the driver first; outputs below 1 MiB come from the allocator's 2 MiB
+    small-block segments, which a single large block never feeds."""
+    torch.cuda.empty_cache()
+    blocks = [torch.empty(max(input_bytes, output_bytes) * 2, dtype=torch.uint8, device="cuda")]
+    if output_bytes < 2**20:
+        size = max(output_bytes, 512)
+        blocks += [torch.empty(size, dtype=torch.uint8, device="cuda") for _ in range(min(4096, 2**21 // size + 1))]
+    for block in blocks:
+        block.fill_(0xFF)
+    del blocks
+
+
 def _compare(out, reference, dtype, rtol, atol, label) -> float:
     if out.device.type != "cuda":
         raise Rejected(f"{label}: the output is on {out.device}, not the GPU")
@@ -232,12 +245,15 @@ def _compare(out, reference, dtype, rtol, atol, label) -> float:
         raise Rejected(f"{label}: the output dtype is {out.dtype}, the contract says {dtype}")
     if tuple(out.shape) != tuple(reference.shape):
         raise Rejected(f"{label}: output shape {tuple(out.shape)}, expected {tuple(reference.shape)}")
-    got = out.detach().double().cpu()
+    # On the GPU, against references that stay allocated for the whole process (no candidate output can be
+    # handed their memory); no temporary below holds a copy of a reference that a later output could reuse.
+    got = out.detach().double()
     if not torch.isfinite(got).all():
         raise Rejected(f"{label}: non-finite values in the output (never written?)")
-    diff = (got - reference).abs()
+    reference = reference.to(got.device)
+    diff = (got - reference).abs_()
     scale = max(1.0, float(reference.pow(2).mean().sqrt())) if reference.numel() else 1.0
-    bound = atol * scale + rtol * reference.abs()  # atol is relative to the output's RMS magnitude
+    bound = reference.abs().mul_(rtol).add_(atol * scale)  # atol is relative to the output's RMS magnitude
     if (diff > bound).any():
         where = tuple(int(i) for i in torch.nonzero(diff > bound)[0])
         raise Rejected(
