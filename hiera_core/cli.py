@@ -28,11 +28,12 @@ from hiera_core.engine import Engine, create_run, evaluate_source
 from hiera_core.logging import configure_logging
 from hiera_core.plugins import PluginError, UnknownName, collect, describe_plugins, make_plugin_manager
 from hiera_core.protocols import BackendError
-from hiera_core.records import Evaluation, Measured
+from hiera_core.records import Evaluation, Measured, RunFinished
 from hiera_core.serialization import to_dict
 from hiera_core.report import agent_costs, write_report
 from hiera_core.session import Session
-from hiera_core.store import RunDirError, RunStore
+from hiera_core.store import MANIFEST, RunDirError, RunStore, new_run_id
+from hiera_core.suite import find_runs, write_suite_report
 
 COMMANDS = ("run", "resume", "report", "plugins", "config", "eval", "exchange", "contracts")
 log = structlog.get_logger(__name__)
@@ -66,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="answer every agent request from RUN_DIR's recorded answers: that run again, offline")
     run.add_argument("--run-dir", help="run directory (default: runs/<id>)")
     run.add_argument("--no-remeasure", dest="remeasure", action="store_const", const=False)
+    run.add_argument("--all-tasks", action="store_true",
+                     help="run every task the workload offers, each into RUN_DIR/<task>; run again to skip the "
+                          "finished ones and resume the rest; ends with RUN_DIR/suite.md")
     _common_options(run)
 
     resume = commands.add_parser("resume", help="continue a killed run; nothing recorded is redone")
@@ -81,8 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", type=Path, help="where its build and logs go (default: a temporary folder)")
     _common_options(evaluate)
 
-    report = commands.add_parser("report", help="write and print a run's report")
-    report.add_argument("run_dir", type=Path)
+    report = commands.add_parser(
+        "report", help="write and print a run's report; for several runs (or folders of them) the suite report")
+    report.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    report.add_argument("--out", type=Path, help="where a suite report goes (default: the one folder given, else ./suite)")
 
     plugins = commands.add_parser("plugins", help="list installed plugins and what they provide")
     _common_options(plugins, config=False)
@@ -170,11 +176,50 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             options = {"model": args.model, "base_url": args.base_url}
             sets = [f"backend.{backend}.{key}={json.dumps(value)}" for key, value in options.items() if value]
             config = load_config(Path.cwd(), cli=_cli_run_keys(args), overrides=[*args.overrides, *sets], config_file=args.config)
+    if args.all_tasks:
+        return _run_all_tasks(config, args, console)
     session = _session(config, args.plugins)
     for notice in session.notices:
         console.print(notice)
     store = create_run(session, Path(args.run_dir) if args.run_dir else None)
     return _optimize(session, store, console, args.log_level)
+
+
+def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Console) -> int:
+    """Every task of the workload, one run directory each under the suite folder, one after another; a task
+    that fails is reported in one line and the batch goes on."""
+    if config.run.task:
+        raise UsageError("--all-tasks runs every task of the workload; drop --task (or select tasks in its config)")
+    session = _session(config, args.plugins)
+    for notice in session.notices:
+        console.print(notice)
+    root = Path(config.run.run_dir or Path("runs") / new_run_id())
+    failed = dict(getattr(session.workload, "failures", dict)())
+    tasks = session.workload.tasks()
+    console.print(f"{len(tasks)} task(s) of {session.workload.name} → {root}", markup=False)
+    for task in tasks:
+        path = root / task.name
+        try:
+            if (path / MANIFEST).is_file():
+                store = RunStore.open(path)
+                if any(isinstance(e, RunFinished) for e in store.events):
+                    console.print(f"{task.name}: finished earlier, skipped", markup=False)
+                    continue
+                task_session = _session(config_from_table(store.manifest.config, source=f"{path}/{MANIFEST}"), args.plugins)
+            else:
+                run = attrs.evolve(config.run, task=task.name, run_dir=str(path))
+                task_session = _session(attrs.evolve(config, run=run), args.plugins)
+                store = create_run(task_session, path)
+            _optimize(task_session, store, console, args.log_level)
+        except Exception as exc:  # noqa: BLE001 -- one task's failure must not stop the batch
+            failed[task.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            console.print(f"{task.name}: failed: {failed[task.name]}", markup=False)
+    for label, reason in failed.items():
+        console.print(f"{label}: {reason}", markup=False)
+    runs = [p for p in sorted(root.iterdir()) if (p / MANIFEST).is_file()] if root.is_dir() else []
+    if runs:
+        console.print(f"suite report: {write_suite_report(runs, root)}", markup=False)
+    return 1 if failed or not runs else 0
 
 
 def _replay_config(args: argparse.Namespace) -> HieraConfig:
@@ -325,8 +370,12 @@ def _contracts(args: argparse.Namespace, console: Console) -> int:
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:
-    store = RunStore.open(args.run_dir)
-    path = write_report(store)
+    paths = args.run_dirs
+    if len(paths) == 1 and (paths[0] / MANIFEST).is_file() and args.out is None:
+        path = write_report(RunStore.open(paths[0]))
+    else:
+        out = args.out or (paths[0] if len(paths) == 1 else Path("suite"))
+        path = write_suite_report(find_runs(paths), out)
     console.print(path.read_text(), markup=False)
     return 0
 

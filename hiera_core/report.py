@@ -357,8 +357,14 @@ def _plot(
     ax.set_xticks(sorted({r.round for r in rows}))
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
+    return save_figure(fig, run_dir / "plots" / "best_latency.png")
+
+
+def save_figure(fig, path: Path) -> Path:
+    """Lay out, write and close a matplotlib figure; return its path."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    path = run_dir / "plots" / "best_latency.png"
     path.parent.mkdir(exist_ok=True)
     fig.savefig(path)
     plt.close(fig)

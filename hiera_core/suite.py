@@ -1,0 +1,214 @@
+"""Reports over many runs: the paper's Table 2 (fast_p per level and budget) and Figure 4 (the speedup
+distribution per implementation-space policy), computed from the run directories' trajectories alone.
+
+A suite is any set of run directories, one task and one space policy each (a batch from
+`hiera run --all-tasks` is one folder of them). Runs group by workload and level (KernelBench's level, when
+the task has one) and by space policy (`run.space`: adaptive, or a fixed space).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import attrs
+
+from hiera_core import records
+from hiera_core.records import Measured
+from hiera_core.report import BUDGETS, fast_p, save_figure
+from hiera_core.store import MANIFEST, RunDirError, RunStore
+
+
+@attrs.frozen(kw_only=True)
+class TaskResult:
+    """One run's outcome, as the suite tables count it."""
+
+    group: str
+    """`workload` or `workload level N`."""
+    policy: str
+    """The run's space policy: `adaptive` or a fixed space."""
+    task: str
+    run_dir: Path
+    evaluated: int
+    fast: dict[int, tuple[bool, bool, bool]]
+    """Per budget B: (fast_0, fast_1, fast_2) within the first B evaluated candidates."""
+    best_speedup: dict[int, float | None]
+    """Per budget B: the best speedup over the reference within the first B candidates (None: none valid)."""
+    best_ms: float | None
+    reference_ms: float | None
+
+
+def find_runs(paths: list[Path]) -> list[Path]:
+    """The run directories among `paths` and their immediate subfolders, sorted; an error names a path
+    that holds no run at all."""
+    runs = []
+    for path in paths:
+        if (path / MANIFEST).is_file():
+            runs.append(path)
+            continue
+        inside = sorted(p for p in path.iterdir() if (p / MANIFEST).is_file()) if path.is_dir() else []
+        if not inside:
+            raise RunDirError(f"{path} is neither a hiera run directory nor a folder of them")
+        runs.extend(inside)
+    return runs
+
+
+def task_result(store: RunStore, budgets: tuple[int, ...] = BUDGETS) -> TaskResult:
+    manifest = store.manifest
+    evaluated = [e for e in store.events if isinstance(e, records.CandidateEvaluated)]
+    level = manifest.task.params.get("level")
+    group = manifest.task.workload + (f" level {level}" if level is not None else "")
+    rows = fast_p(evaluated, budgets)
+    measured = [e.evaluation for e in evaluated if isinstance(e.evaluation, Measured)]
+    best = min(measured, key=lambda m: m.latency_ms, default=None)
+    return TaskResult(
+        group=group,
+        policy=str(manifest.config.get("run", {}).get("space", "adaptive")),
+        task=manifest.task.name,
+        run_dir=store.path,
+        evaluated=len(evaluated),
+        fast={row.budget: (row.fast_0, row.fast_1, row.fast_2) for row in rows},
+        best_speedup={row.budget: row.best_speedup for row in rows},
+        best_ms=best.latency_ms if best else None,
+        reference_ms=best.reference_latency_ms if best else None,
+    )
+
+
+def geometric_mean(values: list[float]) -> float | None:
+    if not values:
+        return None
+    return statistics.geometric_mean(values)
+
+
+def write_suite_report(run_dirs: list[Path], out: Path, budgets: tuple[int, ...] = BUDGETS) -> Path:
+    """Write `out/suite.md` and `out/plots/speedup_by_policy.png` for the runs; return the report's path."""
+    stores = [RunStore.open(path) for path in run_dirs]
+    results = [task_result(store, budgets) for store in stores]
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# hiera suite report", "", *_setting(stores), "", *_table2(results, budgets), "", *_per_task(results, budgets)]
+    plot = _figure4(results, out, max(budgets))
+    if plot is not None:
+        lines += ["", f"![best speedup per space policy at B = {max(budgets)}]({plot.relative_to(out)})"]
+    path = out / "suite.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _setting(stores: list[RunStore]) -> list[str]:
+    """What the figures were measured on and how, stated once (each distinct value when runs differ)."""
+
+    def distinct(values) -> str:
+        seen = sorted({str(v) for v in values if v not in (None, "")})
+        return ", ".join(seen) or "-"
+
+    configs = [s.manifest.config for s in stores]
+    runs = [c.get("run", {}) for c in configs]
+    archs = [r.get("arch", "") for r in runs]
+    timing = []
+    for config, arch in zip(configs, archs, strict=True):
+        stage = config.get("evaluator", {}).get(f"{arch}-run", {})
+        if stage:
+            timing.append(", ".join(f"{k}={v}" for k, v in sorted(stage.items()) if k not in ("device", "timeout_s")))
+    budgets = [f"{r.get('rounds')} rounds x {r.get('population')}" for r in runs]
+    models = [c.get("backend", {}).get(r.get("backend", ""), {}).get("model") for c, r in zip(configs, runs, strict=True)]
+    tolerance = [
+        f"rtol {s.manifest.task.params['rtol']:g}, atol {s.manifest.task.params['atol']:g}"
+        if "rtol" in s.manifest.task.params else "the workload's own"
+        for s in stores
+    ]
+    return [
+        f"- runs: {len(stores)} ({distinct(s.manifest.task.workload for s in stores)}), created "
+        f"{distinct(s.manifest.created_at[:10] for s in stores)}",
+        f"- hardware: {distinct(s.manifest.hardware.get('model') for s in stores)} (architecture {distinct(archs)})",
+        f"- dtype: {distinct(s.manifest.task.params.get('dtype') for s in stores)}; tolerance: {distinct(tolerance)}",
+        f"- timing: {distinct(timing)}",
+        f"- planner: backend {distinct(r.get('backend') for r in runs)}, strategy {distinct(r.get('strategy', 'hiera') for r in runs)},"
+        f" model {distinct(models)}; {distinct(budgets)} candidates",
+    ]
+
+
+def _table2(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
+    """Table 2's shape: per group and space policy, fast_0 / fast_1 / fast_2 in % of tasks at each budget,
+    then the geometric-mean and median best speedup at the largest budget over the tasks with a valid
+    candidate."""
+    top = max(budgets)
+    head = " | ".join(f"B={b}" for b in budgets)
+    lines = [
+        "## fast_p (% of tasks: fast_0 / fast_1 / fast_2)",
+        "",
+        "fast_0: a valid candidate; fast_1: valid and faster than the reference; fast_2: more than 2x faster;"
+        f" B counts the first B evaluated candidates of each run. Speedups at B={top}, over the tasks with a valid"
+        " candidate.",
+        "",
+        f"| group | space policy | tasks | {head} | geomean speedup | median speedup |",
+        "|---|---|---|" + "---|" * len(budgets) + "---|---|",
+    ]
+    groups: dict[tuple[str, str], list[TaskResult]] = defaultdict(list)
+    for result in results:
+        groups[result.group, result.policy].append(result)
+    for (group, policy), members in sorted(groups.items()):
+        cells = []
+        for b in budgets:
+            shares = [100 * sum(r.fast[b][i] for r in members) / len(members) for i in range(3)]
+            cells.append(" / ".join(f"{share:.0f}" for share in shares))
+        speedups = [r.best_speedup[top] for r in members if r.best_speedup[top] is not None]
+        geomean = geometric_mean(speedups)
+        median = statistics.median(speedups) if speedups else None
+        lines.append(
+            f"| {group} | {policy} | {len(members)} | {' | '.join(cells)} | {_x(geomean)} | {_x(median)} |"
+        )
+    return lines
+
+
+def _per_task(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
+    top = max(budgets)
+    lines = [
+        "## Tasks",
+        "",
+        f"| group | task | space policy | evaluated | best (ms) | reference (ms) | speedup at B={top} | run |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(results, key=lambda r: (r.group, r.task, r.policy)):
+        best = "-" if r.best_ms is None else f"{r.best_ms:.4g}"
+        reference = "-" if r.reference_ms is None else f"{r.reference_ms:.4g}"
+        lines.append(
+            f"| {r.group} | {r.task} | {r.policy} | {r.evaluated} | {best} | {reference} | {_x(r.best_speedup[top])} |"
+            f" {r.run_dir.parent.name}/{r.run_dir.name} |"
+        )
+    return lines
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}×"
+
+
+def _figure4(results: list[TaskResult], out: Path, budget: int) -> Path | None:
+    """Figure 4's shape: one box of best speedups (log scale) per space policy, tasks without a valid
+    candidate left out and counted in the label."""
+    by_policy: dict[str, list[float]] = defaultdict(list)
+    missing: dict[str, int] = defaultdict(int)
+    for r in results:
+        if r.best_speedup[budget] is None:
+            missing[r.policy] += 1
+        else:
+            by_policy[r.policy].append(r.best_speedup[budget])
+    if not by_policy:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    policies = sorted(set(by_policy) | set(missing), key=lambda p: (p != "adaptive", p))
+    data = [by_policy.get(p, []) or [float("nan")] for p in policies]
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(policies), 4), dpi=120)
+    ax.boxplot(data, showfliers=True)
+    ax.set_xticks(range(1, len(policies) + 1))
+    ax.set_xticklabels([f"{p}\n{len(by_policy.get(p, []))} valid, {missing[p]} none" for p in policies], fontsize=8)
+    ax.axhline(1.0, color="C3", linestyle="--", linewidth=1, label="reference")
+    ax.set_yscale("log")
+    ax.set_ylabel(f"best speedup over the reference at B={budget} (log)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    return save_figure(fig, out / "plots" / "speedup_by_policy.png")

@@ -1,0 +1,47 @@
+"""Batches and suite reports: every task of a workload in one command, fast_p per space policy over runs."""
+
+from conftest import run_hiera
+
+from hiera_core import records
+from hiera_core.store import RunStore
+
+TWO_TASKS = ["--workload", "multistencil", "--plugin", "multi_stencil", "--arch", "host", "--rounds", "1",
+             "--population", "2", "--no-remeasure", "--set", "workload.multistencil.host_n=48"]
+
+
+def test_all_tasks_runs_each_task_once_and_a_second_call_redoes_nothing(tmp_path):
+    done = run_hiera("run", *TWO_TASKS, "--all-tasks", "--run-dir", "batch", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    runs = sorted(p.name for p in (tmp_path / "batch").iterdir() if (p / "manifest.json").is_file())
+    assert runs == ["box3x3-n10240-s1", "box5x5-n10240-s1"]
+    for name in runs:
+        events = RunStore.open(tmp_path / "batch" / name).events
+        assert len([e for e in events if isinstance(e, records.CandidateEvaluated)]) == 3
+    suite = (tmp_path / "batch" / "suite.md").read_text()
+    assert "| stencil2d | adaptive | 2 |" in suite
+    assert "suite report:" in done.stdout
+
+    again = run_hiera("run", *TWO_TASKS, "--all-tasks", "--run-dir", "batch", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("finished earlier, skipped") == 2
+
+
+def test_the_suite_report_compares_space_policies_like_figure_4(tmp_path):
+    for space, folder in (("adaptive", "adaptive"), ("pure_cuda", "fixed")):
+        done = run_hiera("run", *TWO_TASKS, "--all-tasks", "--space", space, "--run-dir", folder, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    report = run_hiera("report", "adaptive", "fixed", "--out", "both", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    text = (tmp_path / "both" / "suite.md").read_text()
+    assert "| stencil2d | adaptive | 2 | 100 / " in text and "| stencil2d | pure_cuda | 2 | 100 / " in text
+    assert "- hardware:" in text and "- timing:" in text and "tolerance: the workload's own" in text
+    assert text.count("| stencil2d | box3x3-n10240-s1 |") == 2 and "| fixed/box3x3-n10240-s1 |" in text  # a row per run
+    assert (tmp_path / "both" / "plots" / "speedup_by_policy.png").stat().st_size > 10_000
+    assert "fast_p (% of tasks" in report.stdout
+
+
+def test_a_folder_without_runs_is_one_clear_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    done = run_hiera("report", "empty", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "neither a hiera run directory nor a folder of them" in done.stderr
