@@ -220,6 +220,9 @@ def write_report(store: RunStore) -> Path:
             f"- best: candidate `{best.candidate.id}` (round {best.candidate.round}, {best.candidate.origin or best.candidate.strategy})"
             f" — **{b.latency_ms:.3f} ms** (p10 {b.latency_p10_ms:.3f}, p90 {b.latency_p90_ms:.3f}, {b.repeats} timed calls)"
         )
+        steps = manifest.task.params.get("steps", 1)
+        if isinstance(steps, int) and steps > 1:
+            lines.append(f"- amortised over the call's {steps} steps: **{b.latency_ms / steps:.4f} ms per step**")
         lines.append(f"- reference: {b.reference_latency_ms:.3f} ms → speedup over the reference **{b.speedup_vs_reference:.2f}×**")
         if seed is not None and isinstance(seed.evaluation, Measured):
             lines.append(

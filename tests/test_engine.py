@@ -184,3 +184,13 @@ def test_a_workloads_baselines_are_measured_once_and_reported_beside_the_best(tm
 
     Engine(session, store).optimize()  # resumed: nothing measured again
     assert len([e for e in store.events if isinstance(e, records.BaselineEvaluated)]) == 2
+
+
+def test_a_several_step_task_reports_the_time_per_step(tmp_path):
+    config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 0},
+                         overrides=["workload.stencil2d.host_n=48", "workload.stencil2d.steps=4", "run.remeasure=false"])
+    session = Session.create(config, make_plugin_manager())
+    store = create_run(session, tmp_path / "run")
+    best = Engine(session, store).optimize()
+    latency = store.evaluated()[best.id].evaluation.latency_ms
+    assert f"amortised over the call's 4 steps: **{latency / 4:.4f} ms per step**" in (tmp_path / "run" / "report.md").read_text()

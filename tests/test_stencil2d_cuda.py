@@ -48,6 +48,9 @@ def test_the_contract_holds_what_the_binding_and_a_reader_need():
     assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)" in binding
     assert 'm.def("forward", &stencil2d' in binding and 'py::arg("steps") = 3' in binding  # the task's steps
     assert "n=10240, radius=2 and steps=3" in contract.interface and "5x5" in contract.interface
+    assert "(temporal blocking)" in contract.interface  # several steps: the whole run is timed, fusing is allowed
+    one_step = Stencil2D(Stencil2DConfig()).tasks()[0]
+    assert "temporal blocking" not in cuda.contract(one_step).interface
     for name in ("torch_demo.py", "groundtruth.py"):
         ast.parse(contract.files[name])  # Python that parses
     assert "class ModelNew(torch.nn.Module)" in contract.files["torch_demo.py"]

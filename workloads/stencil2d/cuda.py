@@ -57,7 +57,7 @@ binds it as `{ENTRY}(field, weights, steps={steps})`, and the harness calls `{EN
 Apply the {k}x{k} box stencil (radius {r}) `steps` times to the n x n grid `field`:
     next[i][j] = sum over a, b in [-{r}, {r}] of weights[a + {r}][b + {r}] * cur[i + a][j + b]
 where cur[y][x] is 0 outside 0 <= y, x < n (zero padding), cur is `field` for the first application
-and each application's result for the next. `field` is a contiguous n x n float64 CUDA tensor and
+and each application's result for the next.{_temporal(steps)} `field` is a contiguous n x n float64 CUDA tensor and
 `weights` a contiguous {k}x{k} float64 CUDA tensor on the same device (positive, summing to 1).
 Return a new contiguous n x n float64 CUDA tensor; never write `field` or `weights`. Compute in FP64
 (no float32, half or TF32 anywhere); any summation order passes (rtol={TOLERANCE[0]:g}, atol={TOLERANCE[1]:g} times
@@ -73,6 +73,16 @@ This task calls it with n={n}, radius={r} and steps={steps}, and checks it on n 
             "groundtruth.py": _groundtruth(r, steps, n),
         },
         binding=BINDING_FILENAME,
+    )
+
+
+def _temporal(steps: int) -> str:
+    if steps == 1:
+        return ""
+    return (
+        f" The whole call ({steps} applications) is timed and checked: intermediate grids need not reach global"
+        " memory, so several applications may be fused in one launch (temporal blocking), each computed"
+        " exactly as above, zeros outside the grid after every application."
     )
 
 
