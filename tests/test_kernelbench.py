@@ -155,3 +155,50 @@ def test_hiera_contracts_writes_each_task_and_lists_the_failures(tmp_path, capsy
     code = main(["contracts", "--workload", "kernelbench", "--level", "2", "--tasks", "1", "--out", str(out / "l2"),
                  "--set", f"workload.kernelbench.root={json.dumps(str(ROOT))}", *PLUGIN])
     assert code == 0 and (out / "l2" / "1_Gemm_ReLU_Scaling" / "params_semantics.json").is_file()
+
+
+def test_the_expert_fuses_each_pointwise_chain_into_one_generated_kernel():
+    """Linear, then ReLU, x 0.5 and + bias: one chain, one kernel, the bias broadcast by strides; a forward
+    without a chain renders the same source either way, so the expert never proposes it twice."""
+    w2 = workload(2)
+    task = by_name(w2)["1_Gemm_ReLU_Scaling"]
+    [template] = w2.templates(task, "cuda")
+    source, params, origin = w2.seed(task, "cuda")
+    assert params == {"fuse_pointwise": False} and origin.split()[0] == template.name
+    assert template.render(params) == source
+    fused = template.render({"fuse_pointwise": True})
+    assert "pointwise_kernel_0" in fused and "pointwise_kernel_1" not in fused
+    assert "at::relu(" not in fused and " * 0.5" not in fused.split("forward(")[1]  # all three ops are in the kernel
+    assert "v = fmaxf(v, 0.0f);" in fused and "v = (v * 0.5f);" in fused
+    assert "v = (v + a0.data[offset_of(i, shape, a0.stride)]);" in fused
+    assert "pointwise_0(" in fused and ", {bias});" in fused
+    assert LibrariesPytorch(None).check_source(fused, "cuda") is None and hack_in_source(fused, "float32") is None
+
+    w1 = workload(1)
+    matmul = by_name(w1)["1_Tiny_matmul"]
+    [plain] = w1.templates(matmul, "cuda")
+    assert plain.render({"fuse_pointwise": True}) == plain.render({"fuse_pointwise": False})
+    assert w1.templates(by_name(w1)["5_Softmax_of_sum"], "cuda") == []  # no seed, nothing to move from
+
+
+def test_a_fused_candidate_builds(tmp_path):
+    """Compile-only (no GPU): the generated kernel and the ATen calls around it, as the evaluator builds them."""
+    from hiera_core import EvalJob
+    from hiera_core.records import Candidate
+    from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig, find_cuda_home
+    from hiera_plugins.cuda.build import build_candidate
+
+    if find_cuda_home() is None:
+        pytest.skip("no CUDA toolkit")
+    w2 = workload(2)
+    task = by_name(w2)["1_Gemm_ReLU_Scaling"]
+    [template] = w2.templates(task, "cuda")
+    arch = CudaArchitecture(CudaConfig(cache_dir=str(tmp_path / "cache")))
+    job = EvalJob(
+        candidate=Candidate(id="fused", source=template.render({"fuse_pointwise": True}), space="libraries_pytorch", round=1),
+        task=task, contract=w2.contract(task, "cuda"), arch="cuda", space_rank=2, workdir=tmp_path,
+        workload_factory="", workload_config={}, toolchain=arch.toolchain(),
+    )
+    built = build_candidate(job, timeout_s=900)
+    assert built.library is not None, built.log[-3000:]
+    assert any("pointwise_kernel_0" in name for name in built.resources), built.resources

@@ -9,6 +9,7 @@ import operator
 from types import ModuleType
 from typing import Any
 
+from hiera_plugins.kernelbench import fusion
 from hiera_plugins.kernelbench.analysis import TaskAnalysis, build_model, one_line
 from hiera_plugins.kernelbench.contract import declaration
 
@@ -112,8 +113,10 @@ def _function_names() -> dict[Any, str]:
     return names
 
 
-def translate(module: ModuleType, analysis: TaskAnalysis) -> str:
-    """Return the seed's `cuda_source.cu`, or raise NoTranslation naming every operator it lacks."""
+def translate(module: ModuleType, analysis: TaskAnalysis, *, fuse_pointwise: bool = False) -> str:
+    """Return the seed's `cuda_source.cu`, or raise NoTranslation naming every operator it lacks. With
+    `fuse_pointwise`, chains of two or more pointwise operators become one generated kernel each
+    (`fusion`); a forward without such a chain translates as without it."""
     import torch.fx
 
     model = build_model(module, "meta")
@@ -121,7 +124,15 @@ def translate(module: ModuleType, analysis: TaskAnalysis) -> str:
         graph = torch.fx.symbolic_trace(model).graph
     except Exception as exc:  # noqa: BLE001 -- control flow on values, unsupported Python
         raise NoTranslation(f"torch.fx cannot trace the forward: {one_line(exc)}") from None
-    return _Emitter(model, analysis).emit(graph)
+    emitter = _Emitter(model, analysis)
+    source = emitter.emit(graph)
+    if not fuse_pointwise:
+        return source
+    chains = emitter.pointwise_chains(graph)
+    return _Emitter(model, analysis).emit(graph, chains) if chains else source
+
+
+TENSOR_KINDS = ("input", "new", "view")
 
 
 class _Emitter:
@@ -136,7 +147,11 @@ class _Emitter:
         self.kind: dict[Any, str] = {}
         self.missing: list[str] = []
 
-    def emit(self, graph) -> str:
+    def emit(self, graph, chains: list[list[Any]] | None = None) -> str:
+        """The source; each chain of `chains` (from `pointwise_chains`) becomes one call of its fused kernel."""
+        chains = chains or []
+        tails = {chain[-1]: (k, chain) for k, chain in enumerate(chains)}
+        interior = {node for chain in chains for node in chain[:-1]}
         lines, output = [], None
         placeholders = iter(self.inputs)
         for node in graph.nodes:
@@ -156,8 +171,10 @@ class _Emitter:
                 self.names[node] = self.state[node.target]
                 self.kind[node] = "input"
                 continue
+            if node in interior:
+                continue  # computed inside its chain's kernel; its only user is the chain's next node
             try:
-                expr, kind = self.expression(node)
+                expr, kind = self.fused_call(*tails[node]) if node in tails else self.expression(node)
             except _Cascade:
                 continue  # an earlier node is already named as missing
             except NoTranslation as exc:
@@ -175,15 +192,111 @@ class _Emitter:
         if self.kind.get(output) in ("input", "view"):
             result += ".clone()"  # a view of an argument would alias it; the contract wants a new tensor
         body = "\n".join(lines)
+        kernels = "".join(
+            fusion.kernel_source(k, [self.pointwise_step(node)[1] for node in chain]) for k, chain in enumerate(chains)
+        )
+        fused = f"{fusion.PRELUDE}{kernels}" if chains else ""
         return f"""\
 // Seed: the reference's forward translated node by node (torch.fx) into ATen calls (libraries_pytorch).
 #include <torch/extension.h>
-
+{fused}
 {declaration(self.analysis)[:-1]} {{
 {body}
     return {result}.contiguous();
 }}
 """
+
+    # --- fusing pointwise chains -------------------------------------------------------------------
+
+    def pointwise_chains(self, graph) -> list[list[Any]]:
+        """Runs of 2+ pointwise nodes, each the only user of the one before, over tensors (after `emit`, which
+        records every node's kind)."""
+        steps = {}
+        for node in graph.nodes:
+            if node.op not in ("call_function", "call_method", "call_module") or self.kind.get(node) != "new":
+                continue
+            found = self.pointwise_step(node)
+            if found is not None and all(self.kind.get(t) in TENSOR_KINDS for t in (found[0], *found[1].tensors)):
+                steps[node] = found
+        chains, member = [], {}
+        for node, (main, _) in steps.items():
+            if main in member and len(main.users) == 1:
+                member[main].append(node)
+                member[node] = member[main]
+            else:
+                member[node] = [node]
+                chains.append(member[node])
+        return [chain for chain in chains if len(chain) >= 2]
+
+    def pointwise_step(self, node) -> tuple[Any, fusion.Step] | None:
+        """(the tensor the operator applies to, its fusion step) when `node` is a pointwise operator."""
+        args, kwargs = node.args, {k: v for k, v in node.kwargs.items() if k != "inplace"}
+        if node.op == "call_module":
+            return self._pointwise_module(self.model.get_submodule(node.target), args)
+        name = node.target if node.op == "call_method" else self.functions.get(node.target)
+        name = ALIASES.get(name, name)
+        if not args or not hasattr(args[0], "op") and name not in fusion.BINARY_C:
+            return None
+        if name in fusion.UNARY_C and len(args) == 1 and not kwargs:
+            return args[0], fusion.Step(fusion.UNARY_C[name])
+        parameters = {"gelu": ["input", "approximate"], "leaky_relu": ["input", "negative_slope"], "elu": ["input", "alpha"],
+                      "softplus": ["input", "beta", "threshold"], "clamp": ["input", "min", "max"],
+                      "clamp_min": ["input", "min"], "clamp_max": ["input", "max"], "hardtanh": ["input", "min", "max"],
+                      "relu6": ["input"]}
+        if name in parameters and hasattr(args[0], "op"):
+            try:
+                bound = _bind(args, kwargs, parameters[name], {})
+            except NoTranslation:
+                return None
+            bound.pop("input")
+            if name == "hardtanh":
+                bound = {"min": bound.get("min", -1.0), "max": bound.get("max", 1.0)}
+            if name == "relu6":
+                bound = {"min": 0.0, "max": 6.0}
+            expression = fusion.parametric("clamp" if name.startswith(("clamp", "hardtanh", "relu6")) else name, bound)
+            return None if expression is None else (args[0], fusion.Step(expression))
+        if name in fusion.BINARY_C and len(args) == 2 and not kwargs:
+            a, b = args
+            if not hasattr(a, "op") and not hasattr(b, "op"):
+                return None
+            main, other, main_first = (a, b, True) if hasattr(a, "op") else (b, a, False)
+            if other is main:
+                operand, tensors = "{v}", ()
+            elif hasattr(other, "op"):
+                operand, tensors = "{t0}", (other,)
+            elif isinstance(other, (int, float)) and not isinstance(other, bool):
+                operand, tensors = fusion.flit(other), ()
+            else:
+                return None
+            first, second = ("{v}", operand) if main_first else (operand, "{v}")
+            return main, fusion.Step(fusion.BINARY_C[name].format(a=first, b=second), tensors)
+        return None
+
+    def _pointwise_module(self, mod, args) -> tuple[Any, fusion.Step] | None:
+        if len(args) != 1 or not hasattr(args[0], "op"):
+            return None
+        kind = type(mod).__name__
+        simple = {"ReLU": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "SiLU": "silu", "Mish": "mish", "SELU": "selu",
+                  "Hardsigmoid": "hardsigmoid", "Hardswish": "hardswish", "Softsign": "softsign"}
+        if kind in simple:
+            return args[0], fusion.Step(fusion.UNARY_C[simple[kind]])
+        parametric = {
+            "GELU": ("gelu", lambda m: {"approximate": m.approximate}),
+            "LeakyReLU": ("leaky_relu", lambda m: {"negative_slope": m.negative_slope}),
+            "ELU": ("elu", lambda m: {"alpha": m.alpha}),
+            "Softplus": ("softplus", lambda m: {"beta": m.beta, "threshold": m.threshold}),
+            "Hardtanh": ("clamp", lambda m: {"min": m.min_val, "max": m.max_val}),
+        }
+        if kind in parametric:
+            name, params = parametric[kind]
+            expression = fusion.parametric(name, params(mod))
+            return None if expression is None else (args[0], fusion.Step(expression))
+        return None
+
+    def fused_call(self, index: int, chain: list[Any]) -> tuple[str, str]:
+        head, _ = self.pointwise_step(chain[0])
+        operands = [t for node in chain for t in self.pointwise_step(node)[1].tensors]
+        return f"pointwise_{index}({self.arg(head)}, {{{', '.join(self.arg(t) for t in operands)}}})", "new"
 
     def arg(self, value: Any) -> str:
         if hasattr(value, "op"):

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from hiera_core.protocols import NoSeed, Template, UnsupportedArchitecture
+from hiera_core.protocols import Knob, NoSeed, Template, UnsupportedArchitecture
 from hiera_core.records import Contract, Task
 from hiera_plugins.kernelbench import contract as contract_files
 from hiera_plugins.kernelbench.analysis import TaskAnalysis, TaskUnusable, analyse, load_task_module
@@ -141,7 +141,8 @@ class KernelBench:
         source, reason = self.translated_seed(task)
         if source is None:
             raise NoSeed(f"{task.name}: no seed: {reason}")
-        return source, {}, "kernelbench-aten-translation libraries_pytorch"
+        template = TranslationTemplate(self._get(task))
+        return source, template.defaults(), template.describe(template.defaults())
 
     def translated_seed(self, task: Task) -> tuple[str | None, str | None]:
         """(source, None), or (None, why the forward could not be translated)."""
@@ -154,7 +155,9 @@ class KernelBench:
         return self._seeds[task.name]
 
     def templates(self, task: Task, arch: str) -> list[Template]:
-        return []
+        """The translation with its expert moves, for tasks that have a seed."""
+        self._check_arch(arch)
+        return [TranslationTemplate(self._get(task))] if self.translated_seed(task)[0] is not None else []
 
     def work(self, task: Task, arch: str) -> tuple[float, float]:
         """Bytes: every tensor argument read and the output written once, FP32; flops are unknown (0)."""
@@ -171,6 +174,26 @@ class KernelBench:
     def _check_arch(self, arch: str) -> None:
         if arch != "cuda":
             raise UnsupportedArchitecture(f"kernelbench has a contract for cuda only, not {arch}")
+
+
+class TranslationTemplate:
+    """The seed's translation and the moves an expert makes on it without a model: `fuse_pointwise` turns
+    each chain of pointwise operators into one generated kernel (direction R: intermediates stay on chip)."""
+
+    name = "kernelbench-aten"
+    knobs = {"fuse_pointwise": Knob(values=(False, True), direction="R", space="libraries_pytorch")}
+
+    def __init__(self, loaded: _Loaded) -> None:
+        self.loaded = loaded
+
+    def defaults(self) -> dict[str, Any]:
+        return {name: knob.values[0] for name, knob in self.knobs.items()}
+
+    def describe(self, params: dict[str, Any]) -> str:
+        return " ".join([self.name, *(f"{k}={params[k]}" for k in self.knobs)])
+
+    def render(self, params: dict[str, Any]) -> str:
+        return translate(self.loaded.module, self.loaded.analysis, fuse_pointwise=bool(params["fuse_pointwise"]))
 
 
 def _numel(shape) -> int:
