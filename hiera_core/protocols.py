@@ -91,6 +91,8 @@ class Workload(Protocol):
 
     # Optional: `baselines(task, arch) -> list[records.Baseline]`, implementations users compare against;
     # each run evaluates them once, before its initial candidate, and the report sets the best against each.
+    # Optional: `failures() -> dict[str, str]`, the tasks of the selection that could not be loaded, each with
+    # a one-line reason; `hiera contracts` and `hiera run --all-tasks` print them and go on with the rest.
 
 
 @runtime_checkable
