@@ -202,3 +202,24 @@ def test_a_fused_candidate_builds(tmp_path):
     built = build_candidate(job, timeout_s=900)
     assert built.library is not None, built.log[-3000:]
     assert any("pointwise_kernel_0" in name for name in built.resources), built.resources
+
+
+def test_a_convolution_seed_names_its_padding_type(tmp_path):
+    """A braced padding list would also match at::conv2d's string-padding overload: nvcc calls that ambiguous
+    (found building KernelBench level 2 on 2026-11-29), so the seed spells out at::IntArrayRef."""
+    level = tmp_path / "KernelBench" / "level2"
+    level.mkdir(parents=True)
+    (level / "1_Conv_ReLU_Scale.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.conv = nn.Conv2d(3, 4, 3, padding=1)\n\n"
+        "    def forward(self, x):\n        return torch.relu(self.conv(x)) * 2.0\n\n\n"
+        "def get_inputs():\n    return [torch.rand(1, 3, 8, 8)]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    w = workload(2, root=str(tmp_path))
+    [task] = w.tasks()
+    source = w.translated_seed(task)[0]
+    assert "at::conv2d(x, conv_weight, conv_bias, {1, 1}, at::IntArrayRef({1, 1}), {1, 1}, 1)" in source, source
+    [template] = w.templates(task, "cuda")
+    assert "v = (v * 2.0f);" in template.render({"fuse_pointwise": True})

@@ -496,11 +496,12 @@ class _Emitter:
             return f"at::linear({x}, {state('weight')}, {state('bias')})", "new"
         if kind in ("Conv1d", "Conv2d", "Conv3d"):
             n = int(kind[-2])
-            padding = mod.padding if isinstance(mod.padding, str) else tuple(mod.padding)
+            # a braced list would also match the overload taking padding as a string ("same"/"valid")
+            padding = lit(mod.padding) if isinstance(mod.padding, str) else f"at::IntArrayRef({lit(tuple(mod.padding))})"
             if mod.padding_mode != "zeros":
                 raise NoTranslation(f"{kind}(padding_mode={mod.padding_mode})")
             return (f"at::{kind.lower()}({x}, {state('weight')}, {state('bias')}, {_pair(mod.stride, n)}, "
-                    f"{lit(padding)}, {_pair(mod.dilation, n)}, {mod.groups})"), "new"
+                    f"{padding}, {_pair(mod.dilation, n)}, {mod.groups})"), "new"
         if kind in ("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"):
             n = int(kind[-2])
             if len(args) > 1:

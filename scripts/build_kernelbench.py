@@ -1,0 +1,78 @@
+"""Compile check of KernelBench candidates, no GPU needed: for each selected task, build its seed (the ATen
+translation) and, where the forward has a pointwise chain, the expert's fused candidate, exactly as the
+cuda evaluator builds them (isolated process, content-addressed cache). Prints one line per task and a
+summary; exit code 1 if any build failed.
+
+    python scripts/build_kernelbench.py --root ~/KernelBench --level 2 --tasks 1-20 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from hiera_core import EvalJob
+from hiera_core.records import Candidate
+from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig
+from hiera_plugins.cuda.build import build_candidate, compiler_errors
+from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--level", type=int, default=1)
+    parser.add_argument("--tasks", default="")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "hiera" / "cuda-builds"))
+    args = parser.parse_args()
+
+    workload = KernelBench(KernelBenchConfig(root=args.root, level=args.level, tasks=args.tasks))
+    arch = CudaArchitecture(CudaConfig(cache_dir=args.cache_dir))
+    toolchain = arch.toolchain()
+    scratch = Path(tempfile.mkdtemp(prefix="hiera-kb-build-"))
+    jobs = []
+    for task in workload.tasks():
+        templates = workload.templates(task, "cuda")
+        if not templates:
+            print(f"{task.name}: no seed: {workload.translated_seed(task)[1]}", flush=True)
+            continue
+        template = templates[0]
+        sources = {"seed": template.render({"fuse_pointwise": False})}
+        fused = template.render({"fuse_pointwise": True})
+        if fused != sources["seed"]:
+            sources["fused"] = fused
+        contract = workload.contract(task, "cuda")
+        for kind, source in sources.items():
+            candidate = Candidate(id=f"{task.name}-{kind}", source=source, space="libraries_pytorch", round=0)
+            jobs.append((task.name, kind, len(re.findall(r"__global__ void pointwise_kernel_", source)), EvalJob(
+                candidate=candidate, task=task, contract=contract, arch="cuda", space_rank=2,
+                workdir=scratch / candidate.id, workload_factory="", workload_config={}, toolchain=toolchain)))
+
+    def build(item):
+        name, kind, chains, job = item
+        started = time.perf_counter()
+        result = build_candidate(job, timeout_s=900)
+        return name, kind, chains, result, time.perf_counter() - started
+
+    failures = 0
+    with ThreadPoolExecutor(max_workers=args.workers) as pool:
+        for name, kind, chains, result, seconds in pool.map(build, jobs):
+            what = f"{kind}" + (f" ({chains} fused chain{'s' if chains != 1 else ''})" if kind == "fused" else "")
+            if result.library is None:
+                failures += 1
+                error = compiler_errors(result.log, limit=300).replace("\n", " | ")
+                print(f"{name}: {what}: FAILED after {seconds:.0f} s: {error}", flush=True)
+            else:
+                print(f"{name}: {what}: built in {seconds:.0f} s{' (cache)' if result.cache_hit else ''}", flush=True)
+    print(f"{len(jobs)} builds, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
