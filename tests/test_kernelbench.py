@@ -223,3 +223,23 @@ def test_a_convolution_seed_names_its_padding_type(tmp_path):
     assert "at::conv2d(x, conv_weight, conv_bias, {1, 1}, at::IntArrayRef({1, 1}), {1, 1}, 1)" in source, source
     [template] = w.templates(task, "cuda")
     assert "v = (v * 2.0f);" in template.render({"fuse_pointwise": True})
+
+
+def test_a_model_whose_constructor_reads_values_is_still_analysed(tmp_path):
+    """Swin's constructor calls .item(), which meta tensors refuse: the model is built on the CPU and traced on
+    the meta device (level 3 tasks 29 and 30 of KernelBench, 2026-11-29)."""
+    level = tmp_path / "KernelBench" / "level3"
+    level.mkdir(parents=True)
+    (level / "1_Item_in_init.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.depth = int(torch.linspace(1, 3, 3)[-1].item())\n        self.lin = nn.Linear(4, 4)\n\n"
+        "    def forward(self, x):\n        for _ in range(self.depth):\n            x = self.lin(x)\n        return x\n\n\n"
+        "def get_inputs():\n    return [torch.rand(2, 4)]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    w = workload(3, root=str(tmp_path))
+    assert w.failures() == {}
+    [task] = w.tasks()
+    assert "lin_weight" in w.contract(task, "cuda").files["cpp_source.cpp"]

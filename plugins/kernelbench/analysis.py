@@ -109,7 +109,10 @@ def analyse(module: ModuleType) -> TaskAnalysis:
     import torch
 
     try:
-        model = build_model(module, "meta")
+        try:
+            model = build_model(module, "meta")
+        except Exception:  # noqa: BLE001 -- a constructor that reads values (.item()) is built on the CPU
+            model = build_model(module, "cpu").to("meta")
         with torch.device("meta"):
             torch.manual_seed(INIT_SEED)
             inputs = list(module.get_inputs())
