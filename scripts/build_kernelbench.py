@@ -1,7 +1,8 @@
-"""Compile check of KernelBench candidates, no GPU needed: for each selected task, build its seed (the ATen
-translation) and, where the forward has a pointwise chain, the expert's fused candidate, exactly as the
-cuda evaluator builds them (isolated process, content-addressed cache). Prints one line per task and a
-summary; exit code 1 if any build failed.
+"""Compile check of KernelBench contracts and candidates, no GPU needed: for each selected task, build its seed
+(the ATen translation) and, where the forward has a pointwise chain, the expert's fused candidate; a task
+without a seed gets a trivial candidate (the declared function, raising), so every contract is checked.
+Builds go exactly as the cuda evaluator's (isolated process, content-addressed cache). Prints one line per
+build and a summary; exit code 1 if any build failed.
 
     python scripts/build_kernelbench.py --root ~/KernelBench --level 2 --tasks 1-20 --workers 2
 """
@@ -20,7 +21,18 @@ from hiera_core import EvalJob
 from hiera_core.records import Candidate
 from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig
 from hiera_plugins.cuda.build import build_candidate, compiler_errors
+from hiera_plugins.kernelbench.contract import declaration
 from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
+
+
+def trivial_candidate(analysis) -> str:
+    """The contract's function with a body that only raises: what the binding must link against."""
+    return (
+        "#include <torch/extension.h>\n\n"
+        f"{declaration(analysis)[:-1]} {{\n"
+        '    TORCH_CHECK(false, "the trivial candidate of the compile check");\n'
+        "    return {};\n}\n"
+    )
 
 
 def main() -> int:
@@ -37,16 +49,17 @@ def main() -> int:
     toolchain = arch.toolchain()
     scratch = Path(tempfile.mkdtemp(prefix="hiera-kb-build-"))
     jobs = []
+    for label, reason in workload.failures().items():
+        print(f"{label}: no contract: {reason}", flush=True)
     for task in workload.tasks():
         templates = workload.templates(task, "cuda")
-        if not templates:
-            print(f"{task.name}: no seed: {workload.translated_seed(task)[1]}", flush=True)
-            continue
-        template = templates[0]
-        sources = {"seed": template.render({"fuse_pointwise": False})}
-        fused = template.render({"fuse_pointwise": True})
-        if fused != sources["seed"]:
-            sources["fused"] = fused
+        if templates:
+            sources = {"seed": templates[0].render({"fuse_pointwise": False})}
+            fused = templates[0].render({"fuse_pointwise": True})
+            if fused != sources["seed"]:
+                sources["fused"] = fused
+        else:
+            sources = {"trivial": trivial_candidate(workload.analysis(task))}
         contract = workload.contract(task, "cuda")
         for kind, source in sources.items():
             candidate = Candidate(id=f"{task.name}-{kind}", source=source, space="libraries_pytorch", round=0)

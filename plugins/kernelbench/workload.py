@@ -123,6 +123,10 @@ class KernelBench:
         self._load()
         return dict(self._failures)
 
+    def analysis(self, task: Task) -> TaskAnalysis:
+        """What tracing the task's reference found: its arguments, their roles and shapes, the output."""
+        return self._get(task).analysis
+
     def _get(self, task: Task) -> _Loaded:
         loaded = self._load().get(task.name)
         if loaded is None:
