@@ -75,12 +75,6 @@ def task_result(store: RunStore, budgets: tuple[int, ...] = BUDGETS) -> TaskResu
     )
 
 
-def geometric_mean(values: list[float]) -> float | None:
-    if not values:
-        return None
-    return statistics.geometric_mean(values)
-
-
 def write_suite_report(run_dirs: list[Path], out: Path, budgets: tuple[int, ...] = BUDGETS) -> Path:
     """Write `out/suite.md` and `out/plots/speedup_by_policy.png` for the runs; return the report's path."""
     stores = [RunStore.open(path) for path in run_dirs]
@@ -153,7 +147,7 @@ def _table2(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
             shares = [100 * sum(r.fast[b][i] for r in members) / len(members) for i in range(3)]
             cells.append(" / ".join(f"{share:.0f}" for share in shares))
         speedups = [r.best_speedup[top] for r in members if r.best_speedup[top] is not None]
-        geomean = geometric_mean(speedups)
+        geomean = statistics.geometric_mean(speedups) if speedups else None
         median = statistics.median(speedups) if speedups else None
         lines.append(
             f"| {group} | {policy} | {len(members)} | {' | '.join(cells)} | {_x(geomean)} | {_x(median)} |"

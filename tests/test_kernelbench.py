@@ -31,6 +31,22 @@ def by_name(w):
     return {t.name: t for t in w.tasks()}
 
 
+def one_task_checkout(root, level, name, *, init, forward, inputs):
+    """A KernelBench-shaped checkout under `root` holding one task: Model.__init__ runs `init`, forward(x)
+    runs `forward`, get_inputs() returns [`inputs`]; the workload over it."""
+    folder = root / "KernelBench" / f"level{level}"
+    folder.mkdir(parents=True)
+    (folder / f"{name}.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\n"
+        "class Model(nn.Module):\n"
+        f"    def __init__(self):\n        super().__init__()\n        {init}\n\n"
+        f"    def forward(self, x):\n        {forward}\n\n\n"
+        f"def get_inputs():\n    return [{inputs}]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    return workload(level, root=str(root))
+
+
 def test_the_plugin_registers_the_workload():
     pm = make_plugin_manager(autoload=False, extra_plugins=["hiera_plugins.kernelbench"])
     assert collect(pm, "workloads").get("kernelbench") is KernelBench
@@ -207,17 +223,11 @@ def test_a_fused_candidate_builds(tmp_path):
 def test_a_convolution_seed_names_its_padding_type(tmp_path):
     """A braced padding list would also match at::conv2d's string-padding overload: nvcc calls that ambiguous
     (found building KernelBench level 2 on 2026-11-29), so the seed spells out at::IntArrayRef."""
-    level = tmp_path / "KernelBench" / "level2"
-    level.mkdir(parents=True)
-    (level / "1_Conv_ReLU_Scale.py").write_text(
-        "import torch\nimport torch.nn as nn\n\n\n"
-        "class Model(nn.Module):\n"
-        "    def __init__(self):\n        super().__init__()\n        self.conv = nn.Conv2d(3, 4, 3, padding=1)\n\n"
-        "    def forward(self, x):\n        return torch.relu(self.conv(x)) * 2.0\n\n\n"
-        "def get_inputs():\n    return [torch.rand(1, 3, 8, 8)]\n\n\n"
-        "def get_init_inputs():\n    return []\n"
+    w = one_task_checkout(
+        tmp_path, 2, "1_Conv_ReLU_Scale",
+        init="self.conv = nn.Conv2d(3, 4, 3, padding=1)", forward="return torch.relu(self.conv(x)) * 2.0",
+        inputs="torch.rand(1, 3, 8, 8)",
     )
-    w = workload(2, root=str(tmp_path))
     [task] = w.tasks()
     source = w.translated_seed(task)[0]
     assert "at::conv2d(x, conv_weight, conv_bias, {1, 1}, at::IntArrayRef({1, 1}), {1, 1}, 1)" in source, source
@@ -228,18 +238,12 @@ def test_a_convolution_seed_names_its_padding_type(tmp_path):
 def test_a_model_whose_constructor_reads_values_is_still_analysed(tmp_path):
     """Swin's constructor calls .item(), which meta tensors refuse: the model is built on the CPU and traced on
     the meta device (level 3 tasks 29 and 30 of KernelBench, 2026-11-29)."""
-    level = tmp_path / "KernelBench" / "level3"
-    level.mkdir(parents=True)
-    (level / "1_Item_in_init.py").write_text(
-        "import torch\nimport torch.nn as nn\n\n\n"
-        "class Model(nn.Module):\n"
-        "    def __init__(self):\n        super().__init__()\n"
-        "        self.depth = int(torch.linspace(1, 3, 3)[-1].item())\n        self.lin = nn.Linear(4, 4)\n\n"
-        "    def forward(self, x):\n        for _ in range(self.depth):\n            x = self.lin(x)\n        return x\n\n\n"
-        "def get_inputs():\n    return [torch.rand(2, 4)]\n\n\n"
-        "def get_init_inputs():\n    return []\n"
+    w = one_task_checkout(
+        tmp_path, 3, "1_Item_in_init",
+        init="self.depth = int(torch.linspace(1, 3, 3)[-1].item())\n        self.lin = nn.Linear(4, 4)",
+        forward="for _ in range(self.depth):\n            x = self.lin(x)\n        return x",
+        inputs="torch.rand(2, 4)",
     )
-    w = workload(3, root=str(tmp_path))
     assert w.failures() == {}
     [task] = w.tasks()
     assert "lin_weight" in w.contract(task, "cuda").files["cpp_source.cpp"]

@@ -42,7 +42,6 @@ UNARY_C = {
 
 BINARY_C = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "truediv": "({a} / {b})",
             "div": "({a} / {b})", "maximum": "fmaxf({a}, {b})", "minimum": "fminf({a}, {b})"}
-REVERSED = {"radd": "add", "rsub": "sub", "rmul": "mul", "rtruediv": "truediv"}
 
 
 def flit(value: Any) -> str:
@@ -64,8 +63,8 @@ class Step:
     tensors: tuple[Any, ...] = ()
 
 
-def parametric(name: str, params: dict[str, Any]) -> str | None:
-    """The C expression of a pointwise operator with parameters (gelu, leaky_relu, clamp, ...), or None."""
+def parametric(name: str, params: dict[str, Any]) -> str:
+    """The C expression of a pointwise operator with parameters: gelu, leaky_relu, elu, softplus, clamp."""
     if name == "gelu":
         if params.get("approximate", "none") == "tanh":
             return "(0.5f * {v} * (1.0f + tanhf(0.7978845608028654f * ({v} + 0.044715f * {v} * {v} * {v}))))"
@@ -79,11 +78,9 @@ def parametric(name: str, params: dict[str, Any]) -> str | None:
         return f"({{v}} * {flit(beta)} > {flit(threshold)} ? {{v}} : log1pf(expf({{v}} * {flit(beta)})) / {flit(beta)})"
     if name == "clamp":
         lo, hi = params.get("min"), params.get("max")
-        if any(hasattr(b, "op") for b in (lo, hi)):
-            return None
         expression = "{v}" if lo is None else f"fmaxf({{v}}, {flit(lo)})"
         return expression if hi is None else f"fminf({expression}, {flit(hi)})"
-    return None
+    raise ValueError(f"no pointwise expression for {name}")
 
 
 def kernel_source(index: int, steps: list[Step]) -> str:

@@ -88,6 +88,26 @@ BINARY = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "tru
           "ge": "({a} >= {b})", "le": "({a} <= {b})", "eq": "({a} == {b})"}
 
 
+CLAMPS = ("clamp", "clamp_min", "clamp_max", "hardtanh", "relu6")
+ACTIVATION_MODULES = {"ReLU": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "SELU": "selu", "SiLU": "silu", "Mish": "mish",
+                      "Hardsigmoid": "hardsigmoid", "Hardswish": "hardswish", "Softsign": "softsign",
+                      "Identity": "identity", "LogSigmoid": "logsigmoid"}
+"""nn modules that apply one parameterless elementwise function, by the function's name."""
+
+
+def _clamp_bounds(name: str, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    """(min, max) of a clamp-like call, None where unbounded; NoTranslation for tensor bounds."""
+    defaults = {"hardtanh": (-1.0, 1.0), "relu6": (0.0, 6.0)}.get(name, (None, None))
+    names = {"clamp_min": ["input", "min"], "clamp_max": ["input", "max"], "hardtanh": ["input", "min_val", "max_val"],
+             "relu6": ["input"]}.get(name, ["input", "min", "max"])
+    b = _bind(args, kwargs, names, {})
+    lo = b.get("min", b.get("min_val", defaults[0]))
+    hi = b.get("max", b.get("max_val", defaults[1]))
+    if hasattr(lo, "op") or hasattr(hi, "op"):
+        raise NoTranslation(f"{name} with tensor bounds")
+    return lo, hi
+
+
 def _function_names() -> dict[Any, str]:
     import torch
     import torch.nn.functional as F
@@ -240,21 +260,17 @@ class _Emitter:
         if name in fusion.UNARY_C and len(args) == 1 and not kwargs:
             return args[0], fusion.Step(fusion.UNARY_C[name])
         parameters = {"gelu": ["input", "approximate"], "leaky_relu": ["input", "negative_slope"], "elu": ["input", "alpha"],
-                      "softplus": ["input", "beta", "threshold"], "clamp": ["input", "min", "max"],
-                      "clamp_min": ["input", "min"], "clamp_max": ["input", "max"], "hardtanh": ["input", "min", "max"],
-                      "relu6": ["input"]}
-        if name in parameters and hasattr(args[0], "op"):
+                      "softplus": ["input", "beta", "threshold"]}
+        if (name in parameters or name in CLAMPS) and hasattr(args[0], "op"):
             try:
-                bound = _bind(args, kwargs, parameters[name], {})
+                if name in CLAMPS:
+                    lo, hi = _clamp_bounds(name, args, kwargs)
+                    bound = {"min": lo, "max": hi}
+                else:
+                    bound = _bind(args, kwargs, parameters[name], {})
             except NoTranslation:
                 return None
-            bound.pop("input")
-            if name == "hardtanh":
-                bound = {"min": bound.get("min", -1.0), "max": bound.get("max", 1.0)}
-            if name == "relu6":
-                bound = {"min": 0.0, "max": 6.0}
-            expression = fusion.parametric("clamp" if name.startswith(("clamp", "hardtanh", "relu6")) else name, bound)
-            return None if expression is None else (args[0], fusion.Step(expression))
+            return args[0], fusion.Step(fusion.parametric("clamp" if name in CLAMPS else name, bound))
         if name in fusion.BINARY_C and len(args) == 2 and not kwargs:
             a, b = args
             if not hasattr(a, "op") and not hasattr(b, "op"):
@@ -276,10 +292,8 @@ class _Emitter:
         if len(args) != 1 or not hasattr(args[0], "op"):
             return None
         kind = type(mod).__name__
-        simple = {"ReLU": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "SiLU": "silu", "Mish": "mish", "SELU": "selu",
-                  "Hardsigmoid": "hardsigmoid", "Hardswish": "hardswish", "Softsign": "softsign"}
-        if kind in simple:
-            return args[0], fusion.Step(fusion.UNARY_C[simple[kind]])
+        if ACTIVATION_MODULES.get(kind) in fusion.UNARY_C:
+            return args[0], fusion.Step(fusion.UNARY_C[ACTIVATION_MODULES[kind]])
         parametric = {
             "GELU": ("gelu", lambda m: {"approximate": m.approximate}),
             "LeakyReLU": ("leaky_relu", lambda m: {"negative_slope": m.negative_slope}),
@@ -289,8 +303,7 @@ class _Emitter:
         }
         if kind in parametric:
             name, params = parametric[kind]
-            expression = fusion.parametric(name, params(mod))
-            return None if expression is None else (args[0], fusion.Step(expression))
+            return args[0], fusion.Step(fusion.parametric(name, params(mod)))
         return None
 
     def fused_call(self, index: int, chain: list[Any]) -> tuple[str, str]:
@@ -362,17 +375,8 @@ class _Emitter:
             if kwargs.get("dtype") is not None:
                 raise NoTranslation(f"{name}(dtype=)")
             return f"at::{name}({x}, {lit(b['dim'])})", "new"
-        if name in ("clamp", "clamp_min", "clamp_max", "hardtanh", "relu6"):
-            defaults = {"clamp": (None, None), "clamp_min": (None, None), "clamp_max": (None, None),
-                        "hardtanh": (-1.0, 1.0), "relu6": (0.0, 6.0)}[name]
-            names = {"clamp_min": ["input", "min"], "clamp_max": ["input", "max"]}.get(name, ["input", "min", "max"])
-            if name in ("hardtanh",):
-                names = ["input", "min_val", "max_val"]
-            b = _bind(args, kwargs, names, {})
-            lo = b.get("min", b.get("min_val", defaults[0]))
-            hi = b.get("max", b.get("max_val", defaults[1]))
-            if hasattr(lo, "op") or hasattr(hi, "op"):
-                raise NoTranslation(f"{name} with tensor bounds")
+        if name in CLAMPS:
+            lo, hi = _clamp_bounds(name, args, kwargs)
             return f"at::clamp({x}, {_opt(lo)}, {_opt(hi)})", "new"
         if name == "gelu":
             b = _bind(args, kwargs, ["input", "approximate"], {"approximate": "none"})
@@ -487,11 +491,8 @@ class _Emitter:
                 return "{}"
             return self.state[f"{path}.{attr}" if path else attr]
 
-        simple = {"ReLU": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "SELU": "selu", "SiLU": "silu", "Mish": "mish",
-                  "Hardsigmoid": "hardsigmoid", "Hardswish": "hardswish", "Softsign": "softsign", "Identity": "identity",
-                  "LogSigmoid": "logsigmoid"}
-        if kind in simple:
-            return UNARY[simple[kind]].format(x=x), "view" if kind == "Identity" else "new"
+        if kind in ACTIVATION_MODULES:
+            return UNARY[ACTIVATION_MODULES[kind]].format(x=x), "view" if kind == "Identity" else "new"
         if kind == "Linear":
             return f"at::linear({x}, {state('weight')}, {state('bias')})", "new"
         if kind in ("Conv1d", "Conv2d", "Conv3d"):
