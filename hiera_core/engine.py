@@ -180,10 +180,13 @@ class Engine:
             source, params, origin = self.session.workload.seed(self.session.task, self.session.arch_name)
         except NoSeed as exc:
             return records.CandidatesGenerated(round=0, candidates=[], notes=[f"no initial candidate: {exc}"])
+        # The most controlled allowed space that admits the seed (an ATen translation is not pure CUDA);
+        # if none does, the widest, whose check then says why the seed is not admitted.
+        allowed = self.session.allowed_spaces()
+        arch = self.session.arch_name
+        space = next((s for s in allowed if self.session.space(s).check_source(source, arch) is None), allowed[-1])
         seed = self._candidate(
-            agents.GeneratedSource(source=source, params=dict(params), origin=origin),
-            round_=0,
-            space=self.session.allowed_spaces()[0],
+            agents.GeneratedSource(source=source, params=dict(params), origin=origin), round_=0, space=space
         )
         return records.CandidatesGenerated(round=0, candidates=[seed])
 

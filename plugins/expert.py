@@ -27,6 +27,10 @@ class ExpertConfig:
     """A round that makes the best less than this much faster did not improve it (timing noise)."""
 
 
+MOVABLE_FLOOR = 0.01
+"""The least score of a direction that still has an untried move."""
+
+
 class ExpertBackend:
     name: ClassVar[str] = "expert"
     config_class: ClassVar[type] = ExpertConfig
@@ -50,7 +54,9 @@ class ExpertBackend:
             score, reason = direction.score(profile)
             if next(self._moves(ctx, name, widest, pairs=False), None) is None:
                 score, reason = 0.0, f"{name}: no untried move left in {widest}"
-            elif name == stalled:
+            elif score < MOVABLE_FLOOR:  # e.g. no profile: a direction that can move beats one that cannot
+                score, reason = MOVABLE_FLOOR, f"{reason}; {MOVABLE_FLOOR}: it still has an untried move"
+            if name == stalled and score > 0:
                 score, reason = score / 2, f"{reason}; halved: last round's {name} did not improve the best"
             scores[name] = round(score, 3)
             reasons.append(reason)

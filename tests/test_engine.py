@@ -133,6 +133,47 @@ def test_a_task_without_a_seed_starts_from_nothing_and_says_why(tmp_path):
     assert len(batches[1].candidates) == 2
 
 
+def test_the_seed_is_evaluated_in_the_most_controlled_space_that_admits_it(tmp_path, monkeypatch):
+    """A seed that uses a library (OpenMP threads here, ATen calls for KernelBench's translations) is not
+    rejected by pure_cuda's check: it starts in the smallest allowed space that admits it; with `--space
+    pure_cuda` it is rejected, with the reason."""
+
+    plugins = str(Path(__file__).parent / "plugins")
+    monkeypatch.syspath_prepend(plugins)
+    monkeypatch.setenv("PYTHONPATH", plugins)  # the evaluation workers rebuild the workload by module name
+    kinds = {}
+    for space in ("adaptive", "pure_cuda"):
+        config = load_config(tmp_path, environ={}, cli={"workload": "threaded", "arch": "host", "rounds": 0, "space": space},
+                             overrides=["workload.threaded.host_n=48", "run.remeasure=false"])
+        session = Session.create(config, make_plugin_manager(extra_plugins=["threaded_seed"]))
+        store = create_run(session, tmp_path / space)
+        Engine(session, store).optimize()
+        [seed] = [e for e in store.events if isinstance(e, records.CandidateEvaluated)]
+        kinds[space] = (seed.candidate.space, type(seed.evaluation).__name__)
+    assert kinds["adaptive"] == ("cuda_libraries", "Measured")
+    assert kinds["pure_cuda"] == ("pure_cuda", "StaticRejected")
+
+
+def test_without_a_profile_the_expert_moves_a_direction_that_has_a_move(tmp_path):
+    """KernelBench's translation has one expert move (R: fuse a pointwise chain). With no profile to rank
+    the directions (all score 0), the first round must still make that move, not an empty round of C."""
+    from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
+
+    config = load_config(tmp_path, environ={}, cli={"arch": "host"}, overrides=["workload.stencil2d.host_n=48"])
+    session = Session.create(config, make_plugin_manager())
+    kernelbench = KernelBench(KernelBenchConfig(root=str(Path(__file__).parent / "plugins" / "kernelbench_tasks"), level=2))
+    [task] = [t for t in kernelbench.tasks() if t.name == "1_Gemm_ReLU_Scaling"]
+    object.__setattr__(session, "workload", kernelbench)
+    source, params, origin = kernelbench.seed(task, "cuda")
+    seed = records.Candidate(id="s", source=source, space="libraries_pytorch", round=0, origin=origin, params=params)
+    rejected = records.StaticRejected(reason="no profile")
+    context = {"parent": seed, "parent_evaluation": rejected, "parents": [seed], "history": [(seed, rejected)],
+               "allowed_spaces": [s.name for s in session.spaces], "task": task, "arch": "cuda"}
+    decision = session.backend.select_space(context)
+    assert records.SpaceDecision(**decision).direction == "R" and decision["space"] == "libraries_pytorch"
+    assert decision["scores"]["R"] > 0 and {d: s for d, s in decision["scores"].items() if d != "R"} == dict.fromkeys("CPMT", 0.0)
+
+
 def test_the_expert_does_not_give_up_the_best_candidates_library_features(tmp_path):
     """Once OpenMP threads (cuda_libraries on the host) made the best kernel, a new direction is tried
     in a space that keeps them, not in pure_cuda where the threads would have to go."""

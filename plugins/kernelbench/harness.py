@@ -36,7 +36,9 @@ class KernelBenchHarness:
         model = build_model(self.module, "cpu")
         self.reference_model = copy.deepcopy(model).double().cuda()
         self.model = model.cuda()
-        self.state = [t for _, _, t in state_of(self.model)]
+        self.state = [t.detach() for _, _, t in state_of(self.model)]
+        """The model's parameters and buffers as plain tensors (same storage): the worker rewrites every
+        argument in place between calls, which autograd refuses on a parameter that requires grad."""
         self._scalars: dict[int, Any] = {}
         self._torch = torch
 

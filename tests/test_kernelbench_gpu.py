@@ -1,0 +1,45 @@
+"""The kernelbench workload on a real GPU: the ATen seed and the fused expert move of a level-2 task are built,
+checked against the FP64 reference and timed against eager PyTorch; a wrong kernel is rejected."""
+
+from pathlib import Path
+
+import pytest
+
+from conftest import run_hiera
+from hiera_core import records
+from hiera_core.store import RunStore
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+ROOT = Path(__file__).parent / "plugins" / "kernelbench_tasks"
+TASK = ["--workload", "kernelbench", "--task", "1_Gemm_ReLU_Scaling", "--arch", "cuda",
+        "--set", f"workload.kernelbench.root={ROOT}", "--set", "workload.kernelbench.level=2"]
+
+
+def test_the_seed_and_the_fused_candidate_are_correct_and_timed(tmp_path):
+    done = run_hiera("run", *TASK, "--rounds", "1", "--population", "2", "--run-dir", str(tmp_path / "run"),
+                     "--set", "executor.local.workers=4", cwd=tmp_path, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    store = RunStore.open(tmp_path / "run")
+    evaluated = [e for e in store.events if isinstance(e, records.CandidateEvaluated)]
+    kinds = {e.candidate.origin: type(e.evaluation).__name__ for e in evaluated}
+    assert any(origin.startswith("kernelbench-aten") and "fuse_pointwise=False" in origin for origin in kinds), kinds
+    assert any("fuse_pointwise=True" in origin for origin in kinds), kinds
+    assert set(kinds.values()) == {"Measured"}, kinds
+    for e in evaluated:
+        assert e.evaluation.latency_ms > 0 and e.evaluation.reference_latency_ms > 0  # eager FP32, same worker
+    assert (tmp_path / "run" / "report.md").is_file()
+
+
+def test_a_wrong_kernel_is_rejected_as_incorrect(tmp_path):
+    from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
+
+    w = KernelBench(KernelBenchConfig(root=str(ROOT), level=2))
+    [task] = [t for t in w.tasks() if t.name == "1_Gemm_ReLU_Scaling"]
+    seed = w.seed(task, "cuda")[0]
+    assert "at::relu(v1)" in seed
+    source = tmp_path / "cuda_source.cu"
+    source.write_text(seed.replace("at::relu(v1)", "at::abs(v1)"))  # the linear layer's negatives come out positive
+    done = run_hiera("eval", str(source), *TASK, "--space", "libraries_pytorch", cwd=tmp_path, timeout=900)
+    assert '"kind": "incorrect"' in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
