@@ -1,12 +1,13 @@
 """The `expert` backend: plays the three agents with rules instead of a model, with zero LLM calls.
 
 SSDA: each direction's own scoring rule reads the best candidate's profile; a direction with no
-untried move left scores 0, and one whose last round did not improve the best by `min_gain` is
-halved; the space is the most controlled allowed space that still admits what the best candidate
+untried move left scores 0, one that has a move at least 0.01, and one whose last round did not improve
+the best by `min_gain` is halved; the space is the most controlled allowed space that still admits what the best candidate
 uses and offers a move in the top direction.
 SPA: the first (most promising) strategy of that direction's catalogue for the space its template
 knobs belong to. OA: the workload's templates, moving the knobs that belong
-to the direction from the best parents' parameters, one knob at a time, then in pairs.
+to the direction from the best parents' parameters, one knob at a time, then in pairs; parents far
+slower than the best come last.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from hiera_core.records import Candidate, Measured
 class ExpertConfig:
     min_gain: float = 0.05
     """A round that makes the best less than this much faster did not improve it (timing noise)."""
+    parent_window: float = 1.5
+    """A parent slower than this multiple of the best gets its moves only after the better parents' single
+    and paired moves: its one-knob neighbours rarely win, and a round has only K candidates."""
 
 
 MOVABLE_FLOOR = 0.01
@@ -126,16 +130,26 @@ class ExpertBackend:
         rank = {s.name: s.rank for s in self.session.spaces}
         tried = {c.source for c, _ in ctx["history"]}
         seen: set[str] = set()
+        for group in self._parent_groups(ctx):
+            for paired in (False, True) if pairs else (False,):
+                for parent in group:
+                    for template in templates:
+                        base = _base_params(template, parent, rank, space)
+                        for params in _neighbours(template, base, direction, rank, space, paired):
+                            source = template.render(params)
+                            if source not in tried and source not in seen:
+                                seen.add(source)
+                                yield template, params, parent.id if parent else None
+
+    def _parent_groups(self, ctx: Mapping[str, Any]) -> list[list[Candidate | None]]:
+        """The parents within `parent_window` of the best, then the slower ones (best first in each)."""
         parents: list[Candidate | None] = list(ctx["parents"]) or [None]
-        for paired in (False, True) if pairs else (False,):
-            for parent in parents:
-                for template in templates:
-                    base = _base_params(template, parent, rank, space)
-                    for params in _neighbours(template, base, direction, rank, space, paired):
-                        source = template.render(params)
-                        if source not in tried and source not in seen:
-                            seen.add(source)
-                            yield template, params, parent.id if parent else None
+        latency = {c.id: e.latency_ms for c, e in ctx["history"] if isinstance(e, Measured)}
+        best = min((latency[p.id] for p in parents if p is not None and p.id in latency), default=None)
+        if best is None:
+            return [parents]
+        near = [p for p in parents if p is None or latency.get(p.id, best) <= best * self.config.parent_window]
+        return [near, [p for p in parents if p not in near]]
 
     def _stalled_direction(self, ctx: Mapping[str, Any]) -> str | None:
         """The direction of the last round, if that round found nothing faster than the best before it."""

@@ -1,5 +1,6 @@
 """The engine embedded in another tool: observer hooks, plugin-added hooks, conformance, fast_p."""
 
+import itertools
 import types
 from pathlib import Path
 
@@ -235,3 +236,29 @@ def test_a_several_step_task_reports_the_time_per_step(tmp_path):
     best = Engine(session, store).optimize()
     latency = store.evaluated()[best.id].evaluation.latency_ms
     assert f"amortised over the call's 4 steps: **{latency / 4:.4f} ms per step**" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_the_expert_refines_the_best_kernel_before_a_far_slower_parent(tmp_path):
+    """Round 2 of the H200 run (2026-11-29): parents the ring kernel (0.590 ms) and a shared-memory tile
+    (1.602 ms, 2.7x slower), direction M. That round spent one of its six candidates on the tile's 16-byte
+    loads (1.544 ms); now all six start from the ring, the winning pair (16-byte loads + interior split) among them."""
+    config = load_config(tmp_path, environ={}, cli={"arch": "host"}, overrides=["workload.stencil2d.host_n=48"])
+    session = Session.create(config, make_plugin_manager())
+    [template] = session.workload.templates(session.task, "cuda")
+
+    def measured(name, latency, **knobs):
+        params = {**template.defaults(), **knobs}
+        candidate = records.Candidate(id=name, source=template.render(params), space="pure_cuda", round=1,
+                                      origin=template.describe(params), params=params)
+        return candidate, records.Measured(latency_ms=latency, latency_p10_ms=latency, latency_p90_ms=latency, repeats=1,
+                                           reference_latency_ms=120.0, max_abs_error=0)
+
+    seed = measured("seed", 1.660)
+    ring, tile = measured("ring", 0.590, tiling="ring"), measured("tile", 1.602, tiling="smem")
+    others = [measured("stream", 1.681, tiling="smem_stream")] + [
+        measured(block, latency, tiling="smem", block=block) for block, latency in (("64x4", 1.651), ("32x16", 1.774), ("128x2", 1.642))]
+    context = {"parents": [ring[0], tile[0]], "history": [seed, ring, tile, *others], "task": session.task, "arch": "cuda",
+               "allowed_spaces": [s.name for s in session.spaces]}
+    moves = list(itertools.islice(session.backend._moves(context, "M", "pure_cuda"), 6))
+    assert {parent for _, _, parent in moves} == {"ring"}
+    assert any(params == {**ring[0].params, "vector_loads": True, "boundary": "split"} for _, params, _ in moves)
