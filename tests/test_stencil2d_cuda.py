@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -77,9 +78,12 @@ def test_every_knob_value_renders_a_source_that_names_it(knob):
 
 
 def test_every_variant_passes_its_space_and_the_hack_scan_and_only_its_space():
-    """All 1152 combinations: admitted by the smallest space their knobs name, rejected by the one below;
-    no evaluation hack; the radius is a compile-time constant."""
+    """Every combination with fuse_steps=False (one step: True renders the same source, see the moot
+    test): admitted by the smallest space their knobs name, rejected by the one below; no evaluation hack;
+    the radius is a compile-time constant."""
     for p in TEMPLATE.variants():
+        if p["fuse_steps"]:
+            continue
         source = TEMPLATE.render(p)
         space = home_space(TEMPLATE, p)
         assert space.check_source(source, "cuda") is None, (TEMPLATE.describe(p), space.check_source(source, "cuda"))
@@ -178,6 +182,38 @@ def test_work_counts_one_read_and_one_write_and_an_fma_per_tap():
     assert bytes_moved == pytest.approx(1.678e9, rel=1e-3) and flops == pytest.approx(10.28e9, rel=1e-3)
 
 
+def test_fuse_steps_runs_two_steps_per_launch_in_the_ring_only_when_there_are_steps_to_fuse(tmp_path):
+    """With steps > 1 the ring with fuse_steps renders a second kernel, two steps per launch, that nvcc
+    compiles without spills (device code only, when a toolkit is there); with one step, or another
+    tiling, the knob is moot: the same source, and describe leaves it out."""
+    two = cuda.templates(task(steps=2))[0]
+    assert two.steps == 2
+    ring = params(tiling="ring", boundary="split", vector_loads=True)
+    fused, plain = two.render({**ring, "fuse_steps": True}), two.render({**ring, "fuse_steps": False})
+    assert "fuse_steps=True" in two.describe({**ring, "fuse_steps": True})
+    assert "stencil_two_steps<<<" in fused and "stencil_two_steps" not in plain
+    assert plain.split("\n", 1)[1] == TEMPLATE.render(ring).split("\n", 1)[1]  # steps only change the first line
+    assert TEMPLATE.render({**ring, "fuse_steps": True}) == TEMPLATE.render(ring)  # one step: moot
+    assert "fuse_steps" not in TEMPLATE.describe({**ring, "fuse_steps": True})
+    smem = params(tiling="smem", fuse_steps=True)
+    assert two.render(smem) == two.render(params(tiling="smem")) and "fuse_steps" not in two.describe(smem)
+    assert PureCuda(None).check_source(fused, "cuda") is None and checks.hack_in_source(fused, "float64") is None
+    cuda_home = find_cuda_home()
+    if cuda_home is None:
+        pytest.skip("no CUDA toolkit")
+    cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
+    (tmp_path / "fused.cu").write_text(fused)
+    includes = [f"-I{path}" for path in cpp_extension.include_paths()]
+    ptxas = subprocess.run(
+        [str(cuda_home / "bin" / "nvcc"), "-cubin", "-std=c++20", "-O3", "-arch=sm_90", "-Xptxas", "-v", *includes,
+         str(tmp_path / "fused.cu"), "-o", str(tmp_path / "fused.cubin")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert ptxas.returncode == 0, ptxas.stderr[-3000:]
+    report = ptxas.stderr.split("stencil_two_steps", 1)[1].split("Compiling entry function", 1)[0]
+    assert " 0 bytes spill stores" in report, report
+
+
 @pytest.mark.skipif(find_cuda_home() is None, reason="no CUDA toolkit")
 def test_the_most_complex_kernel_builds(tmp_path):
     """Compile-only (no GPU): the cp.async ring with split boundaries and 16-byte copies, as the
@@ -202,10 +238,15 @@ def test_the_most_complex_kernel_builds(tmp_path):
 
 
 def test_the_gpu_tests_cover_every_knob_value():
-    """tests/test_stencil2d_gpu.py runs every non-default value of every knob in a source that value shapes."""
-    from test_stencil2d_gpu import BEST, COVERING
+    """tests/test_stencil2d_gpu.py runs every non-default value of every knob in a source that value shapes
+    (fuse_steps with more than one step)."""
+    from test_stencil2d_gpu import BEST, COVERING, FUSED, SHAPES, VARIANTS
 
-    assert BEST in COVERING
+    assert BEST in COVERING and FUSED in VARIANTS
+    runs = [(TEMPLATE, name) for name in COVERING]
+    runs += [(CudaStencilTemplate(radius=r, steps=s), name) for (r, s), names in SHAPES.items() for name in names]
     for name, knob in TEMPLATE.knobs.items():
-        seen = {p[name] for p in (params(**o) for o in COVERING.values()) if name in TEMPLATE.shaping(p)}
+        seen = {p[name] for t, p in ((t, params(**VARIANTS[v])) for t, v in runs) if name in t.shaping(p)}
         assert seen | {knob.values[0]} == set(knob.values), (name, seen)  # the naive seed runs every default
+    fused_shapes = {shape for shape, names in SHAPES.items() if FUSED in names}
+    assert {r for r, _ in fused_shapes} == {1, 2, 3, 4} and {s for _, s in fused_shapes} == {2, 3}

@@ -1,8 +1,9 @@
 """The stencil2d workload's cuda side on a real GPU: every expert kernel of a covering set (each knob value
 at least once) is built, checked against the CuPy FP64 reference on a 1000² task grid and on grids that
 are and are not multiples of its tile (333, 256, 37, 5), and timed; the naive and the best kernel also at
-radius 1, 2 and 4 and with 2 and 3 steps. Everything compiles in parallel, as a run does, and one batch
-of GPU work follows: 19 builds, 8 at a time (about 90 s each on the H200 machine's 16 cores).
+radius 1, 2 and 4 and with 2 and 3 steps, and the best with two steps per launch (fuse_steps) at radius 1
+to 4 with 2 and 3 steps. Everything compiles in parallel, as a run does, and one batch of GPU work
+follows: 23 builds, 8 at a time (about 90 s each on the H200 machine's 16 cores).
 
     python3 -m pytest -m gpu -q -s tests/test_stencil2d_gpu.py     # -s prints the latency table
 """
@@ -51,8 +52,16 @@ COVERING = {
 BEST = "ring-split-vec"
 """The kernel fastest at the case-study size (register streaming through a cp.async ring), also checked at
 radius 1, 2 and 4 and with several steps."""
-SHAPES = {(1, 2): ("naive", BEST), (2, 3): ("naive", BEST), (4, 1): ("naive", BEST)}
-"""(radius, steps) beyond (3, 1) -> the variants checked there: even and odd steps test the ping-pong."""
+FUSED = "ring-split-vec-fused"
+VARIANTS = {**COVERING, FUSED: {**COVERING[BEST], "fuse_steps": True}}
+"""COVERING and the best kernel with two steps per launch, which only exists with steps > 1."""
+SHAPES = {
+    (1, 2): ("naive", BEST, FUSED), (2, 3): ("naive", BEST, FUSED), (3, 2): (FUSED,), (4, 3): (FUSED,),
+    (4, 1): ("naive", BEST),
+}
+"""(radius, steps) beyond (3, 1) -> the variants checked there: even and odd steps test the ping-pong, and
+the fused kernel's single-step launch for an odd last step; the odd check sizes (333, 37, 5) its fallback
+to one step per launch."""
 N = 1000
 FAST = [
     f"workload.stencil2d.n={N}", "executor.local.workers=8", "evaluator.cuda-run.timeout_s=300",
@@ -87,7 +96,7 @@ def evaluations(tmp_path_factory):
         toolchain = session.arch.toolchain()
         template = session.workload.templates(session.task, "cuda")[0]
         for name in names:
-            params = {**template.defaults(), **COVERING[name]}
+            params = {**template.defaults(), **VARIANTS[name]}
             source = template.render(params)
             candidate = records.Candidate(
                 id=candidate_id(source, contract, toolchain), source=source, space=_home_space(session, template, params),
@@ -135,8 +144,21 @@ def test_every_kernel_of_the_covering_set_is_correct_and_timed(evaluations):
 
 
 def test_naive_and_best_are_correct_for_radius_1_to_4_and_several_steps(evaluations):
-    failures = _failures(evaluations, {(r, s, name) for (r, s), names in SHAPES.items() for name in names})
+    keys = {(r, s, name) for (r, s), names in SHAPES.items() for name in names if name != FUSED}
+    failures = _failures(evaluations, keys)
     assert not failures, failures
+
+
+def test_two_steps_per_launch_are_correct_for_radius_1_to_4_with_2_and_3_steps(evaluations):
+    """The fused ring (fuse_steps) on every check size: even ones run the two-step kernel (plus one step
+    for steps=3), odd ones fall back to one step per launch."""
+    keys = {(r, s, FUSED) for (r, s), names in SHAPES.items() if FUSED in names}
+    assert {r for r, _, _ in keys} == {1, 2, 3, 4} and {s for _, s, _ in keys} == {2, 3}
+    failures = _failures(evaluations, keys)
+    assert not failures, failures
+    for key in keys:
+        origin, measured = evaluations[key]
+        assert "fuse_steps=True" in origin and len(measured.checks) >= 4 * 3 * 2, (key, origin)
 
 
 def test_a_tuned_kernel_beats_the_naive_kernel(evaluations):

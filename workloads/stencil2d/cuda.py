@@ -88,13 +88,13 @@ def _temporal(steps: int) -> str:
 
 def seed(task: Task) -> tuple[str, dict[str, Any], str]:
     """The naive kernel: one output per thread from global memory, every knob at its default."""
-    template = CudaStencilTemplate(radius=task.params["radius"])
+    template = CudaStencilTemplate(radius=task.params["radius"], steps=task.params["steps"])
     params = template.defaults()
     return template.render(params), params, template.describe(params)
 
 
 def templates(task: Task) -> list[CudaStencilTemplate]:
-    return [CudaStencilTemplate(radius=task.params["radius"])]
+    return [CudaStencilTemplate(radius=task.params["radius"], steps=task.params["steps"])]
 
 
 BASELINES = (
@@ -106,7 +106,7 @@ BASELINES = (
 
 
 def baselines(task: Task) -> list[Baseline]:
-    template = CudaStencilTemplate(radius=task.params["radius"])
+    template = CudaStencilTemplate(radius=task.params["radius"], steps=task.params["steps"])
     out = []
     for name, space, knobs in BASELINES:
         params = {**template.defaults(), **knobs}
@@ -209,6 +209,8 @@ class CudaStencilTemplate:
     Every combination of knob values renders a complete `cuda_source.cu` that works for any n >= 1 and
     steps >= 1; the radius is the task's, a compile-time constant. When `aten` is not "none" it decides
     the source alone; otherwise `cudnn` does; otherwise the five kernel knobs shape a custom kernel.
+    `steps` is the task's: `fuse_steps` (two steps per launch in the ring kernel) only matters when it is
+    more than 1.
     """
 
     name = "stencil2d-cuda"
@@ -224,12 +226,17 @@ class CudaStencilTemplate:
         "ring_threads": Knob(values=(128, 64, 256), direction="P", space="pure_cuda"),
         "strip_rows": Knob(values=(120, 60, 240), direction="M", space="pure_cuda"),
         "ring_stages": Knob(values=(4, 3, 6), direction="R", space="pure_cuda"),
+        # Temporal blocking in the ring kernel (tiling=ring, steps > 1): two steps per launch, the
+        # intermediate grid kept on chip (the explorer's fused2, this kernel's origin: 0.516 ms per step at
+        # n=10240, radius 3, on the H200 — no faster than one step per launch there; docs/stencil2d-h200.md).
+        "fuse_steps": Knob(values=(False, True), direction="R", space="pure_cuda"),
         "cudnn": Knob(values=(False, True), direction="T", space="cuda_libraries"),
         "aten": Knob(values=("none", "conv2d", "fft"), direction="T", space="libraries_pytorch"),
     }
 
-    def __init__(self, radius: int) -> None:
+    def __init__(self, radius: int, steps: int = 1) -> None:
         self.radius = radius
+        self.steps = steps
 
     def defaults(self) -> dict[str, Any]:
         return {name: knob.values[0] for name, knob in self.knobs.items()}
@@ -245,7 +252,8 @@ class CudaStencilTemplate:
         if params["cudnn"]:
             return ["cudnn"]
         if params["tiling"] == "ring":
-            return ["tiling", "boundary", "vector_loads", "ring_columns", "ring_threads", "strip_rows", "ring_stages"]
+            ring = ["tiling", "boundary", "vector_loads", "ring_columns", "ring_threads", "strip_rows", "ring_stages"]
+            return ring + ["fuse_steps"] if self.steps > 1 else ring  # one step: nothing to fuse
         kernel = ["tiling", "block", "outputs_per_thread", "boundary", "vector_loads"]
         return kernel[:-1] if params["tiling"] == "global" else kernel  # vector loads fill a shared tile
 
@@ -264,7 +272,7 @@ class CudaStencilTemplate:
             return head + _ATEN_FFT
         if params["cudnn"]:
             return head + _CUDNN
-        return head + _custom_kernel(params)
+        return head + _custom_kernel(params, fuse=params["fuse_steps"] and self.steps > 1)
 
 
 _HEAD = """\
@@ -293,9 +301,9 @@ void check_arguments(const at::Tensor& field, const at::Tensor& weights, int64_t
 """
 
 
-def _custom_kernel(params: Mapping[str, Any]) -> str:
+def _custom_kernel(params: Mapping[str, Any], fuse: bool) -> str:
     if params["tiling"] == "ring":
-        return _ring_kernel(params)
+        return _ring_kernel(params, fuse)
     bx, by = (int(v) for v in params["block"].split("x"))
     rows = params["outputs_per_thread"]
     split = params["boundary"] == "split"
@@ -541,12 +549,42 @@ void launch_step(const double* in, double* out, int n{pairs}, cudaStream_t strea
 """
 
 
-def _entry(vector: bool) -> str:
+def _entry(vector: bool, fuse: bool = False) -> str:
     pairs = ""
-    if vector:
+    if vector or fuse:
         pairs = """
-    // double2 loads need even rows and a 16-byte aligned grid (out and scratch are fresh allocations).
+    // double2 loads need even rows and a 16-byte aligned grid (out and scratch are fresh allocations)."""
+        pairs += """
+    // The two-step kernel copies 16 bytes at a time: it runs only then.""" if fuse else ""
+        pairs += """
     const bool pairs = n % 2 == 0 && reinterpret_cast<uintptr_t>(field.data_ptr<double>()) % 16 == 0;"""
+    if fuse:
+        loop = f"""\
+    // Two steps per launch while two remain (one step per launch when pairs is false), then one; the
+    // launches ping-pong between scratch and out so that the last one writes out; field is only read.
+    const int64_t launches = pairs ? steps / 2 + steps % 2 : steps;
+    const double* src = field.data_ptr<double>();
+    for (int64_t l = 0, s = 0; l < launches; ++l) {{
+        double* dst = (launches - l) % 2 == 1 ? out.data_ptr<double>() : scratch.data_ptr<double>();
+        if (pairs && steps - s >= 2) {{
+            launch_two_steps(src, dst, n, stream);
+            s += 2;
+        }} else {{
+            launch_step(src, dst, n{", pairs" if vector else ""}, stream);
+            s += 1;
+        }}
+        src = dst;
+    }}"""
+    else:
+        loop = f"""\
+    // One launch per step, ping-ponging between scratch and out so that the last step writes out; field is
+    // only read. (With tiling=ring, fuse_steps=True runs two steps per launch instead.)
+    const double* src = field.data_ptr<double>();
+    for (int64_t s = 0; s < steps; ++s) {{
+        double* dst = (steps - s) % 2 == 1 ? out.data_ptr<double>() : scratch.data_ptr<double>();
+        launch_step(src, dst, n{", pairs" if vector else ""}, stream);
+        src = dst;
+    }}"""
     return f"""
 at::Tensor stencil2d(at::Tensor field, at::Tensor weights, int64_t steps) {{
     check_arguments(field, weights, steps);
@@ -557,20 +595,13 @@ at::Tensor stencil2d(at::Tensor field, at::Tensor weights, int64_t steps) {{
                                            cudaMemcpyDeviceToDevice, stream));
     auto out = at::empty_like(field);
     auto scratch = steps > 1 ? at::empty_like(field) : out;{pairs}
-    // One launch per step, ping-ponging between scratch and out so that the last step writes out; field is
-    // only read. Temporal blocking (several steps per launch, kept on chip) would replace this loop.
-    const double* src = field.data_ptr<double>();
-    for (int64_t s = 0; s < steps; ++s) {{
-        double* dst = (steps - s) % 2 == 1 ? out.data_ptr<double>() : scratch.data_ptr<double>();
-        launch_step(src, dst, n{", pairs" if vector else ""}, stream);
-        src = dst;
-    }}
+{loop}
     return out;
 }}
 """
 
 
-def _ring_kernel(params: Mapping[str, Any]) -> str:
+def _ring_kernel(params: Mapping[str, Any], fuse: bool) -> str:
     constants = _RING_CONSTANTS.format(
         w=params["ring_columns"], bx=params["ring_threads"], h=params["strip_rows"], s=params["ring_stages"]
     )
@@ -589,7 +620,20 @@ def _ring_kernel(params: Mapping[str, Any]) -> str:
         pairs_param=", bool pairs" if vector else "",
         kernel="pairs ? stencil_step<true> : stencil_step<false>" if vector else "stencil_step<false>",
     )
-    return "\n".join([constants, _RING_BODY, launch, _entry(vector=vector)])
+    parts = [constants, _RING_BODY, launch]
+    if fuse:
+        if params["boundary"] == "split":
+            interior = """\
+    // Blocks whose input segment lies inside the grid copy and store without tests (block-uniform).
+    if (xb - 2 * HX >= 0 && xb + BX * W <= n)
+        stream_two_steps<true>(in, out, ring, n, xb, y0);
+    else
+        stream_two_steps<false>(in, out, ring, n, xb, y0);"""
+        else:
+            interior = "    stream_two_steps<false>(in, out, ring, n, xb, y0);"
+        parts.append(_FUSED_BODY + _FUSED_LAUNCH.format(interior=interior))
+    parts.append(_entry(vector=vector, fuse=fuse))
+    return "\n".join(parts)
 
 
 _RING_CONSTANTS = """
@@ -621,14 +665,15 @@ __device__ __forceinline__ void copy_async(double* smem, const double* gmem, int
         asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\\n" ::"r"(s), "l"(gmem));
 }
 
-// Strip row j (input row y0 - R + j) into stage j % S, zero outside the grid, as one commit group.
-// PAIRS: 16-byte copies (n even, grid aligned); INTERIOR: every column of the segment is inside the grid.
-template <bool PAIRS, bool INTERIOR>
+// Strip row j (input row y0 - R + j, columns xb - HX ..) into stage j % S, zero outside the grid and from
+// row ROWS of the strip on, as one commit group. PAIRS: 16-byte copies (n even, grid aligned); INTERIOR:
+// every column of the segment is inside the grid.
+template <bool PAIRS, bool INTERIOR, int ROWS = H + 2 * R>
 __device__ __forceinline__ void stage_row(const double* __restrict__ in, double* ring, int n, int xb, int y0, int j) {
     constexpr int UNIT = PAIRS ? 2 : 1, UNITS = SEG / UNIT, LOADS = (UNITS + BX - 1) / BX;
     const int i = y0 - R + j;
     double* dst = ring + (j % S) * SEG;
-    const bool row_inside = i >= 0 && i < n && j < H + 2 * R;
+    const bool row_inside = i >= 0 && i < n && j < ROWS;
     const double* row = in + (size_t)(row_inside ? i : 0) * n + xb - HX;
 #pragma unroll
     for (int k = 0; k < LOADS; ++k) {
@@ -644,6 +689,16 @@ __device__ __forceinline__ void stage_row(const double* __restrict__ in, double*
         }
     }
     asm volatile("cp.async.commit_group;\\n" ::);
+}
+
+// The NV values of a staged row that one thread needs (its W columns and the halo), 16 bytes at a time.
+__device__ __forceinline__ void read_row(const double* src, double (&v)[NV]) {
+#pragma unroll
+    for (int q = 0; q < NV; q += 2) {
+        const double2 t = *reinterpret_cast<const double2*>(src + q);
+        v[q] = t.x;
+        v[q + 1] = t.y;
+    }
 }
 
 template <bool PAIRS, bool INTERIOR>
@@ -665,14 +720,8 @@ __device__ __forceinline__ void stream_strip(const double* __restrict__ in, doub
                 asm volatile("cp.async.wait_group %0;\\n" ::"n"(S - 2));  // row j has landed
                 __syncthreads();  // for every thread, and every thread is done with row j - 1
                 stage_row<PAIRS, INTERIOR>(in, ring, n, xb, y0, j + S - 1);  // into row j - 1's stage
-                const double* src = ring + (j % S) * SEG + threadIdx.x * W;
                 double v[NV];
-#pragma unroll
-                for (int q = 0; q < NV; q += 2) {
-                    const double2 t = *reinterpret_cast<const double2*>(src + q);
-                    v[q] = t.x;
-                    v[q + 1] = t.y;
-                }
+                read_row(ring + (j % S) * SEG + threadIdx.x * W, v);
 #pragma unroll
                 for (int a = 0; a < K; ++a) {  // input row j meets weight row a in output row j - a (strip-relative)
                     const int s = (u - a + K) % K;
@@ -716,6 +765,121 @@ void launch_step(const double* in, double* out, int n{pairs_param}, cudaStream_t
     auto kernel = {kernel};
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES));
     kernel<<<grid, block, SMEM_BYTES, stream>>>(in, out, n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+}}
+"""
+
+
+_FUSED_BODY = """
+// Two steps per launch (temporal blocking; fuse_steps). A block owns OW = BX * W - 2HX output columns from
+// xb and H rows from y0. Thread t computes step 1 (the intermediate grid) on the W columns
+// xb - HX + t * W .., BX * W columns in all, for rows y0 - R .. y0 + H + R - 1, streaming the H + 4R input
+// rows of the segment from xb - 2HX through the ring exactly as stream_strip does (stage_row with the
+// origin moved out by one halo: the same SEG). Intermediate row m (strip-relative, from y0 - R) is complete
+// after input row m + 2R; it goes, zero outside the grid (zero padding at every step), into one of two
+// shared rows mid[m & 1], and the next iteration streams it through step 2 on the threads with outputs
+// (t * W < OW), which completes output row m - 1 - 2R. Both rotating windows use the slot (u + 1) % K for
+// the row they complete, as (j - 2R - 1) % K == j % K. One __syncthreads per input row: mid[m & 1] is
+// written after the barrier of iteration j, read after that of j + 1 and written again after that of j + 2.
+// The copies are always 16 bytes (n even, grid aligned), so the launcher runs it only then.
+constexpr int OW = BX * W - 2 * HX;  // output columns per block
+constexpr int ROWS2 = H + 4 * R;  // input rows a block streams
+constexpr size_t SMEM2_BYTES = sizeof(double) * (S * SEG + 2 * BX * W);  // the ring and two intermediate rows
+static_assert(W % 2 == 0 && OW > 0, "double2 rows and a positive output tile");
+
+template <bool INTERIOR>
+__device__ __forceinline__ void stream_two_steps(const double* __restrict__ in, double* __restrict__ out, double* ring,
+                                                 int n, int xb, int y0) {
+    double* mid = ring + S * SEG;
+    const int x0 = xb + threadIdx.x * W;  // this thread's first output column
+    const bool outputs = threadIdx.x * W < OW;
+    double acc1[K][W], acc2[K][W];
+#pragma unroll
+    for (int s = 0; s < K; ++s)
+#pragma unroll
+        for (int w = 0; w < W; ++w) acc1[s][w] = acc2[s][w] = 0.0;
+#pragma unroll
+    for (int j = 0; j < S - 1; ++j) stage_row<true, INTERIOR, ROWS2>(in, ring, n, xb - HX, y0 - R, j);
+    for (int jb = 0; jb < ROWS2 + 1; jb += K) {
+#pragma unroll
+        for (int u = 0; u < K; ++u) {  // row j's window slots are (u - a) mod K: constants
+            const int j = jb + u;
+            if ((ROWS2 + 1) % K == 0 || j < ROWS2 + 1) {
+                asm volatile("cp.async.wait_group %0;\\n" ::"n"(S - 2));  // row j has landed
+                __syncthreads();  // for every thread, and every thread is done with row j - 1 and with mid[m & 1]
+                stage_row<true, INTERIOR, ROWS2>(in, ring, n, xb - HX, y0 - R, j + S - 1);
+                const int m = j - 2 * R, s = (u + 1) % K;  // the intermediate row that row j completes, its slot
+                const bool step2 = m >= 1 && outputs;
+                double v2[NV];  // intermediate row m - 1, read before mid[m & 1] is written
+                if (step2) read_row(mid + ((m - 1) & 1) * (BX * W) + threadIdx.x * W, v2);
+                if (j < ROWS2) {  // step 1
+                    double v[NV];
+                    read_row(ring + (j % S) * SEG + threadIdx.x * W, v);
+#pragma unroll
+                    for (int a = 0; a < K; ++a) {
+                        const int sa = (u - a + K) % K;
+#pragma unroll
+                        for (int b = 0; b < K; ++b)
+#pragma unroll
+                            for (int w = 0; w < W; ++w) acc1[sa][w] = fma(c_w[a * K + b], v[w + b - R + HX], acc1[sa][w]);
+                    }
+                    if (m >= 0) {
+                        const int y = y0 - R + m;
+                        const bool row_inside = y >= 0 && y < n;
+                        double* dst = mid + (m & 1) * (BX * W) + threadIdx.x * W;
+#pragma unroll
+                        for (int w = 0; w < W; w += 2) {
+                            const int c = xb - HX + threadIdx.x * W + w;  // c even, n even: c + 1 < n when c < n
+                            double2 t = make_double2(acc1[s][w], acc1[s][w + 1]);
+                            if (!row_inside || (!INTERIOR && (c < 0 || c >= n))) t = make_double2(0.0, 0.0);
+                            *reinterpret_cast<double2*>(dst + w) = t;
+                        }
+                    }
+#pragma unroll
+                    for (int w = 0; w < W; ++w) acc1[s][w] = 0.0;
+                }
+                if (step2) {
+#pragma unroll
+                    for (int a = 0; a < K; ++a) {
+                        const int sa = (u - a + K) % K;
+#pragma unroll
+                        for (int b = 0; b < K; ++b)
+#pragma unroll
+                            for (int w = 0; w < W; ++w) acc2[sa][w] = fma(c_w[a * K + b], v2[w + b - R + HX], acc2[sa][w]);
+                    }
+                    const int o = y0 + j - 4 * R - 1;  // the output row that intermediate row m - 1 completes
+                    if (o >= y0 && o < n && (INTERIOR || x0 < n)) {
+                        double* dst = out + (size_t)o * n + x0;
+                        if (INTERIOR || x0 + W <= n) {
+#pragma unroll
+                            for (int w = 0; w < W; w += 2) *reinterpret_cast<double2*>(dst + w) = make_double2(acc2[s][w], acc2[s][w + 1]);
+                        } else {
+#pragma unroll
+                            for (int w = 0; w < W; ++w)
+                                if (x0 + w < n) dst[w] = acc2[s][w];
+                        }
+                    }
+#pragma unroll
+                    for (int w = 0; w < W; ++w) acc2[s][w] = 0.0;
+                }
+            }
+        }
+    }
+}
+"""
+
+_FUSED_LAUNCH = """
+__global__ void __launch_bounds__(BX) stencil_two_steps(const double* __restrict__ in, double* __restrict__ out, int n) {{
+    extern __shared__ __align__(16) double ring[];
+    const int xb = blockIdx.x * OW, y0 = blockIdx.y * H;
+{interior}
+}}
+
+void launch_two_steps(const double* in, double* out, int n, cudaStream_t stream) {{
+    const dim3 block(BX), grid((n + OW - 1) / OW, (n + H - 1) / H);
+    TORCH_CHECK(grid.y <= 65535, "n=", n, " needs more than 65535 blocks in y");
+    C10_CUDA_CHECK(cudaFuncSetAttribute(stencil_two_steps, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM2_BYTES));
+    stencil_two_steps<<<grid, block, SMEM2_BYTES, stream>>>(in, out, n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
 }}
 """
