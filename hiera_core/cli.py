@@ -27,7 +27,7 @@ from hiera_core.config import (
 from hiera_core.engine import Engine, create_run, evaluate_source
 from hiera_core.logging import configure_logging
 from hiera_core.plugins import PluginError, UnknownName, collect, describe_plugins, make_plugin_manager
-from hiera_core.protocols import BackendError
+from hiera_core.protocols import BackendError, StagePassed
 from hiera_core.records import Evaluation, Measured, RunFinished
 from hiera_core.serialization import to_dict
 from hiera_core.report import agent_costs, write_report
@@ -83,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--arch", help="host, cuda, ... or auto (default)")
     evaluate.add_argument("--space", help="the space the candidate is checked against (default: the widest)")
     evaluate.add_argument("--out", type=Path, help="where its build and logs go (default: a temporary folder)")
+    evaluate.add_argument("--compile-only", action="store_true",
+                          help="only the checks and the build, no device needed (e.g. --arch cuda without a GPU)")
     _common_options(evaluate)
 
     report = commands.add_parser(
@@ -153,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _session(config, plugins: list[str]) -> Session:
+def _session(config, plugins: list[str], device: bool = True) -> Session:
     pm = make_plugin_manager(extra_plugins=plugins)
-    return Session.create(config, pm)
+    return Session.create(config, pm, device=device)
 
 
 def _cli_run_keys(args: argparse.Namespace) -> dict[str, Any]:
@@ -307,15 +309,26 @@ def _eval(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"no such file: {args.file}")
     keys = {"workload": args.workload, "task": args.task, "arch": args.arch}
     config = load_config(Path.cwd(), cli=keys, overrides=args.overrides, config_file=args.config)
-    session = _session(config, args.plugins)
+    session = _session(config, args.plugins, device=not args.compile_only)
     for notice in session.notices:
         console.print(notice)
     space = args.space or session.spaces[-1].name
     session.space(space)  # an unknown space is a usage error before any work
     with tempfile.TemporaryDirectory(prefix="hiera-eval-") as scratch:
         workdir = args.out or Path(scratch)
-        candidate, evaluation = evaluate_source(session, args.file.read_text(), space=space, workdir=workdir)
+        candidate, evaluation = evaluate_source(
+            session, args.file.read_text(), space=space, workdir=workdir, device=not args.compile_only
+        )
     console.print(f"{args.file} as {session.workload.name}/{session.task.name} on {session.arch_name}, space {space}:")
+    if isinstance(evaluation, StagePassed):  # --compile-only, and every stage before the device passed
+        job = evaluation.job
+        console.print(f"  built ({job.compile_s:.1f} s); not run: --compile-only", markup=False)
+        for kernel, used in json.loads(job.artifacts.get("resources", "{}")).items():  # as the compiler reported them
+            console.print(f"  {kernel}: {used.get('registers')} registers, {used.get('spill_store_bytes', 0)} bytes spilled",
+                          markup=False)
+        console.print(json.dumps({"candidate": candidate.id, "compile_s": job.compile_s, "artifacts": job.artifacts}, indent=1),
+                      markup=False)
+        return 0
     if isinstance(evaluation, Measured):
         console.print(
             f"  correct; {evaluation.latency_ms:.4f} ms (p10 {evaluation.latency_p10_ms:.4f}, p90 {evaluation.latency_p90_ms:.4f},"

@@ -316,10 +316,13 @@ class Engine:
         return evaluation
 
 
-def evaluate_candidate(session: Session, job: EvalJob, stage_s: dict[str, float] | None = None) -> Evaluation:
+def evaluate_candidate(
+    session: Session, job: EvalJob, stage_s: dict[str, float] | None = None, *, device: bool = True
+) -> Evaluation | StagePassed:
     """The evaluation pipeline for one candidate: its space's static check, then the architecture's
     stages in order (see `protocols.Evaluator.order`). `stage_s`, when given, receives the wall
-    seconds of each stage that ran, by name (`space-check`, then the evaluators')."""
+    seconds of each stage that ran, by name (`space-check`, then the evaluators'). `device=False` stops
+    before the first stage that holds the device and returns that stage's input (`StagePassed`)."""
     stage_s = {} if stage_s is None else stage_s
     started = time.perf_counter()
     reason = session.space(job.candidate.space).check_source(job.candidate.source, job.arch)
@@ -327,6 +330,8 @@ def evaluate_candidate(session: Session, job: EvalJob, stage_s: dict[str, float]
     if reason:
         return records.StaticRejected(reason=f"{job.candidate.space}: {reason}")
     for evaluator in session.evaluators:
+        if not device and getattr(evaluator, "holds_device", False):
+            return StagePassed(job=job)
         started = time.perf_counter()
         try:
             result = evaluator.evaluate(job)
@@ -379,11 +384,14 @@ def new_job(
     )
 
 
-def evaluate_source(session: Session, source: str, *, space: str, workdir: Path) -> tuple[Candidate, Evaluation]:
-    """`hiera eval`: one hand-written candidate through the same pipeline as a run's candidates."""
+def evaluate_source(
+    session: Session, source: str, *, space: str, workdir: Path, device: bool = True
+) -> tuple[Candidate, Evaluation | StagePassed]:
+    """`hiera eval`: one hand-written candidate through the same pipeline as a run's candidates; with
+    `device=False` only the stages before the device (static checks and the build)."""
     contract = session.workload.contract(session.task, session.arch_name)
     toolchain = session.arch.toolchain()
     candidate = Candidate(id=candidate_id(source, contract, toolchain), source=source, space=space, round=0, origin="hand-written")
-    job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=roofline_for(session),
+    job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=roofline_for(session) if device else None,
                   workdir=workdir / candidate.id)
-    return candidate, evaluate_candidate(session, job)
+    return candidate, evaluate_candidate(session, job, device=device)

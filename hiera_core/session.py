@@ -58,7 +58,9 @@ class Session:
     """One-line messages for the user (e.g. the architecture chosen by `auto`)."""
 
     @classmethod
-    def create(cls, config: HieraConfig, pm: pluggy.PluginManager) -> Session:
+    def create(cls, config: HieraConfig, pm: pluggy.PluginManager, *, device: bool = True) -> Session:
+        """`device=False`: the session only builds (`hiera eval --compile-only`), so an architecture whose
+        device is missing is accepted; its build stages say what else is missing."""
         registries = {kind: collect(pm, kind) for kind in KINDS}
         plugin_configs = _structure_plugin_tables(config, registries)
         run = config.run
@@ -75,7 +77,7 @@ class Session:
             if notice:
                 notices.append(notice)
         arch = build("arch", arch_name)
-        reason = arch.unavailable_reason()
+        reason = arch.unavailable_reason() if device else None
         if reason:
             raise ConfigError(f"architecture '{arch_name}' cannot run here: {reason}")
         tasks = workload.tasks()

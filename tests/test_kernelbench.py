@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import run_hiera
 from hiera_core.cli import main
 from hiera_core.plugins import collect, make_plugin_manager
 from hiera_plugins.cuda.checks import hack_in_source
@@ -197,27 +198,26 @@ def test_the_expert_fuses_each_pointwise_chain_into_one_generated_kernel():
     assert w1.templates(by_name(w1)["5_Softmax_of_sum"], "cuda") == []  # no seed, nothing to move from
 
 
-def test_a_fused_candidate_builds(tmp_path):
-    """Compile-only (no GPU): the generated kernel and the ATen calls around it, as the evaluator builds them."""
-    from hiera_core import EvalJob
-    from hiera_core.records import Candidate
-    from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig, find_cuda_home
-    from hiera_plugins.cuda.build import build_candidate
+def test_a_fused_candidate_builds_with_hiera_eval_compile_only(tmp_path):
+    """No GPU needed: `hiera eval --compile-only` checks the generated kernel and the ATen calls around it and
+    builds them as the evaluator does, then lists the kernels the compiler reported."""
+    from hiera_plugins.cuda.architecture import find_cuda_home
 
     if find_cuda_home() is None:
         pytest.skip("no CUDA toolkit")
     w2 = workload(2)
-    task = by_name(w2)["1_Gemm_ReLU_Scaling"]
-    [template] = w2.templates(task, "cuda")
-    arch = CudaArchitecture(CudaConfig(cache_dir=str(tmp_path / "cache")))
-    job = EvalJob(
-        candidate=Candidate(id="fused", source=template.render({"fuse_pointwise": True}), space="libraries_pytorch", round=1),
-        task=task, contract=w2.contract(task, "cuda"), arch="cuda", space_rank=2, workdir=tmp_path,
-        workload_factory="", workload_config={}, toolchain=arch.toolchain(),
-    )
-    built = build_candidate(job, timeout_s=900)
-    assert built.library is not None, built.log[-3000:]
-    assert any("pointwise_kernel_0" in name for name in built.resources), built.resources
+    [template] = w2.templates(by_name(w2)["1_Gemm_ReLU_Scaling"], "cuda")
+    source = tmp_path / "cuda_source.cu"
+    source.write_text(template.render({"fuse_pointwise": True}))
+    command = ["eval", str(source), "--workload", "kernelbench", "--task", "1_Gemm_ReLU_Scaling", "--arch", "cuda",
+               "--compile-only", "--set", f"workload.kernelbench.root={ROOT}", "--set", "workload.kernelbench.level=2", *PLUGIN]
+    done = run_hiera(*command, cwd=tmp_path, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "built (" in done.stdout and "not run: --compile-only" in done.stdout
+    assert "pointwise_kernel_0" in done.stdout, done.stdout
+
+    rejected = run_hiera(*command, "--space", "pure_cuda", cwd=tmp_path, timeout=300)  # ATen calls: never built
+    assert rejected.returncode == 1 and "StaticRejected: pure_cuda: uses a PyTorch/ATen operator" in rejected.stdout
 
 
 def test_a_convolution_seed_names_its_padding_type(tmp_path):
