@@ -87,6 +87,9 @@ class Engine:
             structlog.contextvars.bind_contextvars(round=round_)
             ctx = self._context(round_)
             plan = self._plan(ctx) if self.agents.plans else None
+            if plan is not None and not any(plan.decision.scores.values()):
+                self._generated(round_, lambda: _nothing_left(round_, plan))
+                break
             batch = self._generated(round_, lambda: self._generate(ctx, plan))
             self._evaluate_round(round_, batch)
 
@@ -314,6 +317,14 @@ class Engine:
     def _remeasure(self, best: Candidate) -> Evaluation:
         [(_, evaluation)] = list(self.session.executor.run([self._job(best, remeasure=True)], self.evaluate))
         return evaluation
+
+
+def _nothing_left(round_: int, plan: records.Plan) -> records.CandidatesGenerated:
+    """The planner scored every direction 0 (the expert does so when no direction has an untried move):
+    the search ends here rather than asking for candidates that cannot come."""
+    note = f"the search stops: the planner scored every direction 0 ({plan.decision.rationale})"
+    log.info("search_exhausted", round=round_)
+    return records.CandidatesGenerated(round=round_, candidates=[], notes=[note])
 
 
 def evaluate_candidate(

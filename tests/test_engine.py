@@ -134,6 +134,37 @@ def test_a_task_without_a_seed_starts_from_nothing_and_says_why(tmp_path):
     assert len(batches[1].candidates) == 2
 
 
+def test_when_the_expert_has_no_move_left_the_search_stops_and_says_so(tmp_path):
+    """A task whose seed has no expert move (most KernelBench level-1 tasks: one ATen call) ends after
+    round 1's plan, with the reason in the trajectory; nobody is asked for candidates that cannot come."""
+
+    class Moveless:
+        @hookimpl
+        def hiera_register_workloads(self):
+            from hiera_workloads.stencil2d.workload import Stencil2D
+
+            class NoMoves(Stencil2D):
+                name = "nomoves"
+
+                def templates(self, task, arch):
+                    return []
+
+            return [NoMoves]
+
+    config = load_config(tmp_path, environ={}, cli={"workload": "nomoves", "arch": "host", "rounds": 3, "population": 2},
+                         overrides=["workload.nomoves.host_n=48", "run.remeasure=false"])
+    session = Session.create(config, make_plugin_manager(extra_plugins=[Moveless()]))
+    store = create_run(session, tmp_path / "run")
+    Engine(session, store).optimize()
+    batches = [e for e in store.events if isinstance(e, records.CandidatesGenerated)]
+    assert [b.round for b in batches] == [0, 1] and "the search stops" in batches[1].notes[0]
+    assert not [e for e in store.events if isinstance(e, records.AgentCalled) and e.role == "oa"]
+    assert "the search stops" in (store.path / "report.md").read_text()
+    events = len(store.events)
+    Engine(session, type(store).open(store.path)).optimize()  # resumed: nothing is redone
+    assert len(type(store).open(store.path).events) == events
+
+
 def test_the_seed_is_evaluated_in_the_most_controlled_space_that_admits_it(tmp_path, monkeypatch):
     """A seed that uses a library (OpenMP threads here, ATen calls for KernelBench's translations) is not
     rejected by pure_cuda's check: it starts in the smallest allowed space that admits it; with `--space
