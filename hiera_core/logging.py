@@ -16,6 +16,7 @@ def configure_logging(*, json_file: Path | None = None, console: TextIO | None =
         json_file.parent.mkdir(parents=True, exist_ok=True)
         file_handler = logging.FileHandler(json_file)
         file_handler.setLevel(logging.DEBUG)
+        file_handler.addFilter(_structlog_or_warning)
         file_handler.setFormatter(
             structlog.stdlib.ProcessorFormatter(processor=structlog.processors.JSONRenderer(sort_keys=True))
         )
@@ -47,3 +48,9 @@ def configure_logging(*, json_file: Path | None = None, console: TextIO | None =
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
+
+
+def _structlog_or_warning(record: logging.LogRecord) -> bool:
+    """Every structlog event (hiera's and its plugins'), at every level; plain logging records of other
+    libraries (matplotlib's font search, ...) from WARNING up."""
+    return isinstance(record.msg, dict) or record.levelno >= logging.WARNING

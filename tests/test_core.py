@@ -125,3 +125,21 @@ def test_a_blocked_plugin_is_not_loaded(monkeypatch):
     monkeypatch.setenv("HIERA_DISABLE_PLUGINS", "stencil2d")
     workloads = collect(make_plugin_manager(), "workloads")
     assert "stencil2d" not in workloads.classes
+
+
+def test_the_run_log_keeps_every_hiera_event_and_only_warnings_of_other_libraries(tmp_path):
+    """On the H200, matplotlib's font search filled a KernelBench task's hiera.log.jsonl with 1200 lines."""
+    import json
+    import logging
+
+    import structlog
+
+    from hiera_core.logging import configure_logging
+
+    configure_logging(json_file=tmp_path / "hiera.log.jsonl")
+    structlog.get_logger("hiera_core.engine").debug("candidate_built", candidate="c1")
+    logging.getLogger("matplotlib.font_manager").info("findfont: score(...)")
+    logging.getLogger("matplotlib").warning("a real warning")
+    lines = [json.loads(line) for line in (tmp_path / "hiera.log.jsonl").read_text().splitlines()]
+    assert [line["event"] for line in lines] == ["candidate_built", "a real warning"]
+    logging.getLogger().handlers.clear()
