@@ -55,8 +55,10 @@ class KernelBenchHarness:
     def make_inputs(self, case: dict[str, Any], seed: int, distribution: str) -> list:
         torch = self._torch
         torch.manual_seed(seed)
+        with torch.device("cuda"):  # generated where they are used: a single CPU thread took minutes for GB-sized inputs
+            values = self.module.get_inputs()
         tensors = []
-        for position, value in enumerate(self.module.get_inputs()):
+        for position, value in enumerate(values):
             if not isinstance(value, torch.Tensor):
                 self._scalars[position] = value
                 continue
