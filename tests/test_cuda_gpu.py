@@ -20,7 +20,11 @@ from hiera_core.plugins import make_plugin_manager  # noqa: E402
 from hiera_core.session import Session  # noqa: E402
 
 torch = pytest.importorskip("torch")
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.timeout(900),  # a test builds up to a dozen candidates and waits for the GPU while other tests hold it
+]
 
 KIND = {"incorrect": records.Incorrect, "static_rejected": records.StaticRejected, "crashed": records.Crashed,
         "timed_out": records.TimedOut, "measured": records.Measured}

@@ -10,7 +10,11 @@ from hiera_core import records
 from hiera_core.store import RunStore
 
 torch = pytest.importorskip("torch")
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.timeout(1200),  # builds two extensions (~60 s each, more when other tests build beside it)
+]
 
 ROOT = Path(__file__).parent / "plugins" / "kernelbench_tasks"
 TASK = ["--workload", "kernelbench", "--task", "1_Gemm_ReLU_Scaling", "--arch", "cuda",
