@@ -108,25 +108,28 @@ def test_fast_p_is_truncated_from_one_trajectory():
     assert rows[-1].evaluated == 8 and rows[-1].best_speedup == 2.5
 
 
-def test_a_task_without_a_seed_starts_from_nothing_and_says_why(tmp_path):
-    from hiera_core import NoSeed
+def stencil_variant(name: str, **methods):
+    """A plugin registering the stencil2d workload under `name`, with some of its methods replaced."""
 
-    class NoSeedHere:
+    class Variant:
         @hookimpl
         def hiera_register_workloads(self):
             from hiera_workloads.stencil2d.workload import Stencil2D
 
-            class Unseeded(Stencil2D):
-                name = "unseeded"
+            return [type(name, (Stencil2D,), {"name": name, **methods})]
 
-                def seed(self, task, arch):
-                    raise NoSeed("nothing to translate")
+    return Variant()
 
-            return [Unseeded]
+
+def test_a_task_without_a_seed_starts_from_nothing_and_says_why(tmp_path):
+    from hiera_core import NoSeed
+
+    def seed(self, task, arch):
+        raise NoSeed("nothing to translate")
 
     config = load_config(tmp_path, environ={}, cli={"workload": "unseeded", "arch": "host", "rounds": 1, "population": 2},
                          overrides=["workload.unseeded.host_n=48", "run.remeasure=false"])
-    session = Session.create(config, make_plugin_manager(extra_plugins=[NoSeedHere()]))
+    session = Session.create(config, make_plugin_manager(extra_plugins=[stencil_variant("unseeded", seed=seed)]))
     store = create_run(session, tmp_path / "run")
     Engine(session, store).optimize()
     batches = [e for e in store.events if isinstance(e, records.CandidatesGenerated)]
@@ -138,22 +141,9 @@ def test_when_the_expert_has_no_move_left_the_search_stops_and_says_so(tmp_path)
     """A task whose seed has no expert move (most KernelBench level-1 tasks: one ATen call) ends after
     round 1's plan, with the reason in the trajectory; nobody is asked for candidates that cannot come."""
 
-    class Moveless:
-        @hookimpl
-        def hiera_register_workloads(self):
-            from hiera_workloads.stencil2d.workload import Stencil2D
-
-            class NoMoves(Stencil2D):
-                name = "nomoves"
-
-                def templates(self, task, arch):
-                    return []
-
-            return [NoMoves]
-
     config = load_config(tmp_path, environ={}, cli={"workload": "nomoves", "arch": "host", "rounds": 3, "population": 2},
                          overrides=["workload.nomoves.host_n=48", "run.remeasure=false"])
-    session = Session.create(config, make_plugin_manager(extra_plugins=[Moveless()]))
+    session = Session.create(config, make_plugin_manager(extra_plugins=[stencil_variant("nomoves", templates=lambda self, task, arch: [])]))
     store = create_run(session, tmp_path / "run")
     Engine(session, store).optimize()
     batches = [e for e in store.events if isinstance(e, records.CandidatesGenerated)]
