@@ -1,5 +1,7 @@
 """Batches and suite reports: every task of a workload in one command, fast_p per space policy over runs."""
 
+from pathlib import Path
+
 from conftest import run_hiera
 
 from hiera_core import records
@@ -45,3 +47,16 @@ def test_a_folder_without_runs_is_one_clear_error(tmp_path):
     done = run_hiera("report", "empty", cwd=tmp_path)
     assert done.returncode == 2
     assert "neither a hiera run directory nor a folder of them" in done.stderr
+
+
+def test_fast_1_by_a_margin_that_noise_can_give_is_counted_beside_it():
+    """An ATen seed measured 1.00-1.01x its own reference on the H200: fast_1 by the protocol, and said so."""
+    from hiera_core.suite import TaskResult, _table2
+
+    def result(task, speedup):
+        return TaskResult(group="kernelbench level 1", policy="adaptive", task=task, run_dir=Path(task), evaluated=1,
+                          fast={18: (True, speedup > 1, speedup > 2)}, best_speedup={18: speedup}, best_ms=1.0,
+                          reference_ms=speedup)
+
+    table = _table2([result("a", 1.004), result("b", 1.3), result("c", 0.98)], (18,))
+    assert "| kernelbench level 1 | adaptive | 3 | 100 / 67 / 0 | 1.09× | 1.00× | 1 |" in table, table
