@@ -85,9 +85,10 @@ class Session:
             raise ConfigError(f"workload '{run.workload}' offers no task with this configuration")
         if run.task:
             by_name = {t.name: t for t in tasks}
-            if run.task not in by_name:
+            by_id = [t for t in tasks if t.name.startswith(f"{run.task}_")]  # KernelBench's `31` for 31_Conv2d_...
+            if run.task not in by_name and len(by_id) != 1:
                 raise UnknownName("task", run.task, by_name)
-            task = by_name[run.task]
+            task = by_name.get(run.task) or by_id[0]
         else:
             task = tasks[0]
         evaluators = sorted(

@@ -247,3 +247,61 @@ def test_a_model_whose_constructor_reads_values_is_still_analysed(tmp_path):
     assert w.failures() == {}
     [task] = w.tasks()
     assert "lin_weight" in w.contract(task, "cuda").files["cpp_source.cpp"]
+
+
+def test_a_number_the_forward_makes_a_tensor_of_is_a_constant_and_the_fused_kernel_takes_it_as_a_literal(tmp_path):
+    """`torch.min(x, torch.tensor(self.c))` (KernelBench level 2 task 31): fx keeps the tensor as a constant
+    attribute of the trace; the seed makes it a 0-dim CPU tensor, as the reference does, and the fused chain
+    min, + bias, * 2 takes it in as a literal."""
+    w = one_task_checkout(
+        tmp_path, 2, "1_Conv_Min_Add_Scale",
+        init="self.conv = nn.Conv2d(3, 4, 3)\n        self.c = 0.5\n        self.bias = nn.Parameter(torch.randn(4, 1, 1))",
+        forward="return (torch.min(self.conv(x), torch.tensor(self.c)) + self.bias) * 2.0",
+        inputs="torch.rand(2, 3, 8, 8)",
+    )
+    [task] = w.tasks()
+    [template] = w.templates(task, "cuda")
+    seed = template.render({"fuse_pointwise": False})
+    assert "at::scalar_tensor(0.5, at::TensorOptions().dtype(at::kFloat));" in seed and "at::minimum(v1, v2)" in seed, seed
+    fused = template.render({"fuse_pointwise": True})
+    assert "scalar_tensor" not in fused and "v = fminf(v, 0.5f);" in fused and "pointwise_0(v1, {bias})" in fused, fused
+
+    # The seed is plain ATen: built for the CPU (g++, ~40 s), it computes what the reference computes.
+    from torch.utils.cpp_extension import load_inline
+
+    from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
+
+    extension = load_inline("seed_conv_min_add_scale", cpp_sources=[seed], functions=["forward"],
+                            build_directory=str(tmp_path))
+    model = build_model(load_task_module(tmp_path / "KernelBench" / "level2" / "1_Conv_Min_Add_Scale.py"), "cpu")
+    state = {name.replace(".", "_"): t.detach() for _, name, t in state_of(model)}
+    x = torch.rand(2, 3, 8, 8)
+    out = extension.forward(x, state["bias"], state["conv_weight"], state["conv_bias"])
+    assert torch.equal(out, model(x)) and (out == 2 * (0.5 + state["bias"])).any()  # the min took effect
+
+
+def test_triplet_margin_loss_translates_with_the_modules_settings(tmp_path):
+    folder = tmp_path / "KernelBench" / "level1"
+    folder.mkdir(parents=True)
+    (folder / "1_Triplet.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        "    def __init__(self, margin):\n        super().__init__()\n"
+        "        self.loss_fn = nn.TripletMarginLoss(margin=margin, p=1.0, swap=True)\n\n"
+        "    def forward(self, a, p, n):\n        return self.loss_fn(a, p, n)\n\n\n"
+        "def get_inputs():\n    return [torch.rand(4, 8), torch.rand(4, 8), torch.rand(4, 8)]\n\n\n"
+        "def get_init_inputs():\n    return [0.5]\n"
+    )
+    w = workload(1, root=str(tmp_path))
+    [task] = w.tasks()
+    source, reason = w.translated_seed(task)
+    assert "at::triplet_margin_loss(a, p, n, 0.5, 1.0, 1e-06, true, at::Reduction::Mean)" in source, reason
+
+
+def test_a_task_can_be_named_by_its_kernelbench_id(tmp_path):
+    from hiera_core.config import load_config
+    from hiera_core.session import Session
+
+    overrides = [f"workload.kernelbench.root={ROOT}", "workload.kernelbench.level=1"]
+    session = Session.create(load_config(tmp_path, environ={}, cli={"workload": "kernelbench", "task": "4", "arch": "cuda"},
+                                         overrides=overrides), make_plugin_manager(), device=False)
+    assert session.task.name == "4_Scale_by_scalar"

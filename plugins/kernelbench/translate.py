@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from types import ModuleType
 from typing import Any
 
@@ -141,23 +142,26 @@ def translate(module: ModuleType, analysis: TaskAnalysis, *, fuse_pointwise: boo
 
     model = build_model(module, "meta")
     try:
-        graph = torch.fx.symbolic_trace(model).graph
+        traced = torch.fx.symbolic_trace(model)
     except Exception as exc:  # noqa: BLE001 -- control flow on values, unsupported Python
         raise NoTranslation(f"torch.fx cannot trace the forward: {one_line(exc)}") from None
-    emitter = _Emitter(model, analysis)
-    source = emitter.emit(graph)
+    emitter = _Emitter(model, analysis, traced)
+    source = emitter.emit(traced.graph)
     if not fuse_pointwise:
         return source
-    chains = emitter.pointwise_chains(graph)
-    return _Emitter(model, analysis).emit(graph, chains) if chains else source
+    chains = emitter.pointwise_chains(traced.graph)
+    return _Emitter(model, analysis, traced).emit(traced.graph, chains) if chains else source
 
 
 TENSOR_KINDS = ("input", "new", "view")
 
 
 class _Emitter:
-    def __init__(self, model, analysis: TaskAnalysis) -> None:
+    def __init__(self, model, analysis: TaskAnalysis, traced) -> None:
         self.model = model
+        self.traced = traced
+        """The fx GraphModule: it holds the constants the trace made (`torch.tensor(0.5)` in a forward)."""
+        self.constants: dict[Any, float | int | bool] = {}
         self.analysis = analysis
         self.functions = _function_names()
         self.state = {a.source: a.name for a in analysis.arguments if a.role in ("parameter", "buffer")}
@@ -186,10 +190,12 @@ class _Emitter:
                 output = node.args[0]
                 continue
             if node.op == "get_attr":
-                if node.target not in self.state:
-                    raise NoTranslation(f"reads `self.{node.target}`, which is neither a parameter nor a buffer")
-                self.names[node] = self.state[node.target]
-                self.kind[node] = "input"
+                if node.target in self.state:
+                    self.names[node], self.kind[node] = self.state[node.target], "input"
+                    continue
+                name = f"v{len(self.names)}"
+                lines.append(f"    auto {name} = {self.scalar_constant(node)};")
+                self.names[node], self.kind[node] = name, "constant"  # on the CPU: never a fused kernel's operand
                 continue
             if node in interior:
                 continue  # computed inside its chain's kernel; its only user is the chain's next node
@@ -211,7 +217,10 @@ class _Emitter:
         result = self.names[output]
         if self.kind.get(output) in ("input", "view"):
             result += ".clone()"  # a view of an argument would alias it; the contract wants a new tensor
-        body = "\n".join(lines)
+        # a constant that a fused kernel took in as a literal is not made at all
+        used = set(re.findall(r"\bv\d+\b", " ".join(line.split(" = ", 1)[1] for line in lines) + " " + result))
+        unused = {self.names[n] for n in self.constants} - used
+        body = "\n".join(line for line in lines if line.split(" = ")[0].split()[-1] not in unused)
         kernels = "".join(
             fusion.kernel_source(k, [self.pointwise_step(node)[1] for node in chain]) for k, chain in enumerate(chains)
         )
@@ -225,6 +234,18 @@ class _Emitter:
     return {result}.contiguous();
 }}
 """
+
+    def scalar_constant(self, node) -> str:
+        """A one-element tensor the forward made from a Python number (fx keeps it as a constant attribute),
+        as a 0-dim CPU tensor, which ATen's pointwise operators take beside CUDA tensors, as PyTorch does."""
+        import torch
+
+        value = getattr(self.traced, node.target, None)
+        dtypes = {torch.float32: "at::kFloat", torch.float64: "at::kDouble", torch.int64: "at::kLong", torch.bool: "at::kBool"}
+        if not isinstance(value, torch.Tensor) or value.dim() != 0 or value.dtype not in dtypes or value.is_meta:
+            raise NoTranslation(f"reads `self.{node.target}`, which is neither a parameter, a buffer nor a number")
+        self.constants[node] = value.item()
+        return f"at::scalar_tensor({lit(self.constants[node])}, at::TensorOptions().dtype({dtypes[value.dtype]}))"
 
     # --- fusing pointwise chains -------------------------------------------------------------------
 
@@ -255,6 +276,8 @@ class _Emitter:
             return self._pointwise_module(self.model.get_submodule(node.target), args)
         name = node.target if node.op == "call_method" else self.functions.get(node.target)
         name = ALIASES.get(name, name)
+        if name in ("max", "min") and len(args) == 2 and self.kind.get(args[1]) in (*TENSOR_KINDS, "constant"):
+            name = "maximum" if name == "max" else "minimum"  # torch.min(x, other): elementwise, not a reduction
         if not args or not hasattr(args[0], "op") and name not in fusion.BINARY_C:
             return None
         if name in fusion.UNARY_C and len(args) == 1 and not kwargs:
@@ -278,6 +301,8 @@ class _Emitter:
             main, other, main_first = (a, b, True) if hasattr(a, "op") else (b, a, False)
             if other is main:
                 operand, tensors = "{v}", ()
+            elif isinstance(self.constants.get(other), float):  # a number the forward made a 0-dim tensor of
+                operand, tensors = fusion.flit(self.constants[other]), ()
             elif hasattr(other, "op"):
                 operand, tensors = "{t0}", (other,)
             elif isinstance(other, (int, float)) and not isinstance(other, bool):
@@ -564,6 +589,10 @@ class _Emitter:
             if kind != "Dropout":
                 raise NoTranslation(f"{kind}(p={mod.p}) in training mode")
             return f"at::dropout({x}, {lit(float(mod.p))}, true)", "new"
+        if kind == "TripletMarginLoss" and len(args) == 3 and not kwargs:
+            reduction = {"none": "None", "mean": "Mean", "sum": "Sum"}[mod.reduction]
+            return (f"at::triplet_margin_loss({x}, {self.arg(args[1])}, {self.arg(args[2])}, {lit(float(mod.margin))}, "
+                    f"{lit(float(mod.p))}, {lit(float(mod.eps))}, {lit(mod.swap)}, at::Reduction::{reduction})"), "new"
         if kind == "Flatten":
             return f"{x}.flatten({mod.start_dim}, {mod.end_dim})", "view"
         if isinstance(mod, nn.Module):
