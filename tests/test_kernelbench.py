@@ -187,7 +187,7 @@ def test_the_expert_fuses_each_pointwise_chain_into_one_generated_kernel():
     assert "pointwise_kernel_0" in fused and "pointwise_kernel_1" not in fused
     assert "at::relu(" not in fused and " * 0.5" not in fused.split("forward(")[1]  # all three ops are in the kernel
     assert "v = fmaxf(v, 0.0f);" in fused and "v = (v * 0.5f);" in fused
-    assert "v = (v + a0.data[offset_of(i, shape, a0.stride)]);" in fused
+    assert "v = (v + a0.data[base0 + j * a0.inner]);" in fused
     assert "pointwise_0(" in fused and ", {bias});" in fused
     assert LibrariesPytorch(None).check_source(fused, "cuda") is None and hack_in_source(fused, "float32") is None
 
@@ -305,3 +305,54 @@ def test_a_task_can_be_named_by_its_kernelbench_id(tmp_path):
     session = Session.create(load_config(tmp_path, environ={}, cli={"workload": "kernelbench", "task": "4", "arch": "cuda"},
                                          overrides=overrides), make_plugin_manager(), device=False)
     assert session.task.name == "4_Scale_by_scalar"
+
+
+def emulated_on_the_cpu(source: str) -> str:
+    """A generated CUDA source as C++ that runs each kernel on the CPU, one thread after another (valid for
+    kernels without shared memory or barriers, such as the fused pointwise chains)."""
+    import re
+
+    prelude = (
+        "#include <torch/extension.h>\n"
+        "struct dim3 { unsigned x, y, z; dim3(unsigned x = 1, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {} };\n"
+        "static dim3 blockIdx, threadIdx, gridDim, blockDim;\n"
+        "#define __global__\n#define __device__\n#define __forceinline__ inline\n#define __restrict__\n"
+        "#define C10_CUDA_KERNEL_LAUNCH_CHECK()\n"
+        "template <class F> void launch(dim3 grid, dim3 block, F kernel) {\n"
+        "    gridDim = grid; blockDim = block;\n"
+        "    for (blockIdx.y = 0; blockIdx.y < grid.y; ++blockIdx.y) for (blockIdx.x = 0; blockIdx.x < grid.x; ++blockIdx.x)\n"
+        "    for (threadIdx.y = 0; threadIdx.y < block.y; ++threadIdx.y) for (threadIdx.x = 0; threadIdx.x < block.x; ++threadIdx.x)\n"
+        "        kernel();\n}\n"
+    )
+    source = re.sub(r"#include <c10/cuda/\w+\.h>\n", "", source).replace("input.is_cuda()", "true")
+    source, launches = re.subn(r"(\w+)<<<(\w+\(\w+\)), (\w+\(\w+\)), 0, [\w:]+\(\)>>>\((.*?)\);",
+                               r"launch(\2, \3, [&] { \1(\4); });", source, flags=re.S)
+    assert launches, "no kernel launch found"
+    return prelude + source
+
+
+def test_a_fused_chain_computes_the_reference_for_every_broadcast_pattern(tmp_path):
+    """The fused kernels, emulated on the CPU: operands broadcast along different dimensions (merged where they
+    can be), a batch of one (a size-1 dimension) and a second chain of scalars only."""
+    from torch.utils.cpp_extension import load_inline
+
+    from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
+
+    w = one_task_checkout(
+        tmp_path, 2, "1_Broadcasts",
+        init="self.b1 = nn.Parameter(torch.randn(4, 1, 1))\n        self.b2 = nn.Parameter(torch.randn(5, 1))\n"
+             "        self.b3 = nn.Parameter(torch.randn(4, 1, 6))",
+        forward="y = torch.relu((x + self.b1) * self.b2 - self.b3)\n        return torch.sigmoid(y.sum(dim=-1, keepdim=True) * 0.5 + 1.0)",
+        inputs="torch.rand(3, 4, 5, 6)",
+    )
+    [task] = w.tasks()
+    [template] = w.templates(task, "cuda")
+    fused = template.render({"fuse_pointwise": True})
+    assert "pointwise_kernel_1" in fused and "at::relu" not in fused and "at::sigmoid" not in fused, fused
+    extension = load_inline("fused_broadcasts", cpp_sources=[emulated_on_the_cpu(fused)], functions=["forward"],
+                            build_directory=str(tmp_path))
+    model = build_model(load_task_module(tmp_path / "KernelBench" / "level2" / "1_Broadcasts.py"), "cpu")
+    state = [t.detach() for _, _, t in state_of(model)]
+    for shape in [(3, 4, 5, 6), (1, 4, 5, 6)]:
+        x = torch.rand(*shape) - 0.5
+        torch.testing.assert_close(extension.forward(x, *state), model(x), rtol=1e-6, atol=1e-6)

@@ -89,19 +89,21 @@ def kernel_source(index: int, steps: list[Step]) -> str:
     for step in steps:
         names = {}
         for tensor in step.tensors:
-            names[f"t{len(names)}"] = f"a{len(operands)}.data[offset_of(i, shape, a{len(operands)}.stride)]"
+            k = len(operands)
+            names[f"t{len(names)}"] = f"a{k}.data[base{k} + j * a{k}.inner]"
             operands.append(tensor)
-        body.append(f"        v = {step.expression.format(v='v', **names)};")
-    params = "".join(f"Operand a{k}, " for k in range(len(operands)))
-    setup = "".join(f"    const Operand a{k} = operand(operands[{k}], x, shape);\n" for k in range(len(operands)))
-    args = "".join(f"a{k}, " for k in range(len(operands)))
+        body.append(f"            v = {step.expression.format(v='v', **names)};")
+    refs = "".join(f"    const Operand& a{k} = layout.operands[{k}];\n" for k in range(len(operands)))
+    bases = "".join(f"        const int64_t base{k} = row_offset(row, layout, a{k});\n" for k in range(len(operands)))
     lines = "\n".join(body)
     return f"""
-__global__ void pointwise_kernel_{index}(const float* __restrict__ x, {params}float* __restrict__ out, int64_t n, Shape shape) {{
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {{
-        float v = x[i];
+__global__ void pointwise_kernel_{index}(const float* __restrict__ x, float* __restrict__ out, const Layout layout) {{
+{refs}    for (int64_t row = blockIdx.y * (int64_t)blockDim.y + threadIdx.y; row < layout.rows; row += (int64_t)gridDim.y * blockDim.y) {{
+{bases}        for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < layout.inner; j += (int64_t)gridDim.x * blockDim.x) {{
+            float v = x[row * layout.inner + j];
 {lines}
-        out[i] = v;
+            out[row * layout.inner + j] = v;
+        }}
     }}
 }}
 
@@ -110,13 +112,10 @@ at::Tensor pointwise_{index}(const at::Tensor& input, const std::vector<at::Tens
     TORCH_CHECK(operands.size() == {len(operands)}, "pointwise_{index}: {len(operands)} operands");
     const at::Tensor x = input.contiguous();
     at::Tensor out = at::empty_like(x);
-    const Shape shape = shape_of(x);
-{setup}    const int64_t n = x.numel();
-    if (n == 0) return out;
-    const int threads = 256;
-    const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65535));
-    pointwise_kernel_{index}<<<blocks, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        x.data_ptr<float>(), {args}out.data_ptr<float>(), n, shape);
+    if (x.numel() == 0) return out;
+    const Layout layout = layout_of(x, operands);
+    pointwise_kernel_{index}<<<grid_of(layout), block_of(layout), 0, c10::cuda::getCurrentCUDAStream()>>>(
+        x.data_ptr<float>(), out.data_ptr<float>(), layout);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }}
@@ -125,40 +124,85 @@ at::Tensor pointwise_{index}(const at::Tensor& input, const std::vector<at::Tens
 
 PRELUDE = """
 // Fused pointwise chains (expert move fuse_pointwise): one kernel per chain, operands broadcast by strides.
+// The input's dimensions are merged wherever every operand allows it; the last merged dimension is a row,
+// so a thread block finds each operand's offset once per row and then walks the row with one stride.
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
 constexpr int MAX_DIMS = 8;
-struct Shape {
-    int dims;
-    int64_t size[MAX_DIMS];
-};
+constexpr int MAX_OPERANDS = 8;
 struct Operand {
     const float* data;
-    int64_t stride[MAX_DIMS];  // 0 along broadcast dimensions
+    int64_t stride[MAX_DIMS];  // per outer dimension; 0 along broadcast dimensions
+    int64_t inner;             // along the row
+};
+struct Layout {
+    int outer_dims;
+    int64_t size[MAX_DIMS];  // the outer dimensions' sizes
+    int64_t rows, inner;
+    Operand operands[MAX_OPERANDS];
 };
 
-Shape shape_of(const at::Tensor& x) {
-    TORCH_CHECK(x.dim() <= MAX_DIMS, "at most ", MAX_DIMS, " dimensions");
-    Shape s{static_cast<int>(x.dim()), {}};
-    for (int d = 0; d < s.dims; ++d) s.size[d] = x.size(d);
-    return s;
+// Each operand broadcast to x's shape (expand refuses one that does not broadcast), then the dimensions
+// merged: size-1 dimensions dropped, and a dimension folded into the next where every operand's strides
+// make the pair one dimension (x is contiguous, so only the operands decide).
+Layout layout_of(const at::Tensor& x, const std::vector<at::Tensor>& operands) {
+    TORCH_CHECK(x.dim() <= MAX_DIMS && operands.size() <= MAX_OPERANDS, "at most ", MAX_DIMS, " dimensions and ",
+                MAX_OPERANDS, " operands");
+    std::vector<at::Tensor> expanded;
+    for (const at::Tensor& t : operands) {
+        TORCH_CHECK(t.scalar_type() == at::kFloat && t.device() == x.device(), "operands are float32 on the input's device");
+        expanded.push_back(t.expand(x.sizes()));
+    }
+    std::vector<int64_t> sizes;
+    std::vector<std::vector<int64_t>> strides(operands.size());
+    for (int64_t d = 0; d < x.dim(); ++d) {
+        if (x.size(d) == 1) continue;
+        bool merge = !sizes.empty();
+        for (size_t k = 0; k < expanded.size() && merge; ++k)
+            merge = strides[k].back() == expanded[k].stride(d) * x.size(d);
+        if (merge) {
+            sizes.back() *= x.size(d);
+            for (size_t k = 0; k < expanded.size(); ++k) strides[k].back() = expanded[k].stride(d);
+        } else {
+            sizes.push_back(x.size(d));
+            for (size_t k = 0; k < expanded.size(); ++k) strides[k].push_back(expanded[k].stride(d));
+        }
+    }
+    if (sizes.empty()) {  // a single element
+        sizes.push_back(1);
+        for (auto& s : strides) s.push_back(0);
+    }
+    Layout layout{};
+    layout.outer_dims = static_cast<int>(sizes.size()) - 1;
+    layout.inner = sizes.back();
+    layout.rows = x.numel() / layout.inner;
+    for (int d = 0; d < layout.outer_dims; ++d) layout.size[d] = sizes[d];
+    for (size_t k = 0; k < expanded.size(); ++k) {
+        layout.operands[k].data = expanded[k].data_ptr<float>();
+        layout.operands[k].inner = strides[k].back();
+        for (int d = 0; d < layout.outer_dims; ++d) layout.operands[k].stride[d] = strides[k][d];
+    }
+    return layout;
 }
 
-// `t` broadcast to x's shape (expand refuses a tensor that does not broadcast to it).
-Operand operand(const at::Tensor& t, const at::Tensor& x, const Shape& shape) {
-    TORCH_CHECK(t.scalar_type() == at::kFloat && t.device() == x.device(), "operands are float32 on the input's device");
-    const at::Tensor e = t.expand(x.sizes());
-    Operand o{e.data_ptr<float>(), {}};
-    for (int d = 0; d < shape.dims; ++d) o.stride[d] = e.stride(d);
-    return o;
+// 256 threads: along the row, as many warps as it fills (up to all 8); the rest take further rows.
+dim3 block_of(const Layout& layout) {
+    const int64_t along = std::min<int64_t>(256, (layout.inner + 31) / 32 * 32);
+    return dim3(static_cast<unsigned>(along), static_cast<unsigned>(256 / along));
 }
 
-__device__ __forceinline__ int64_t offset_of(int64_t i, const Shape& shape, const int64_t* stride) {
+dim3 grid_of(const Layout& layout) {
+    const dim3 block = block_of(layout);
+    return dim3(static_cast<unsigned>(std::min<int64_t>((layout.inner + block.x - 1) / block.x, 1024)),
+                static_cast<unsigned>(std::min<int64_t>((layout.rows + block.y - 1) / block.y, 65535)));
+}
+
+__device__ __forceinline__ int64_t row_offset(int64_t row, const Layout& layout, const Operand& operand) {
     int64_t offset = 0;
-    for (int d = shape.dims - 1; d >= 0; --d) {
-        offset += (i % shape.size[d]) * stride[d];
-        i /= shape.size[d];
+    for (int d = layout.outer_dims - 1; d >= 0; --d) {
+        offset += (row % layout.size[d]) * operand.stride[d];
+        row /= layout.size[d];
     }
     return offset;
 }
