@@ -20,6 +20,7 @@ The workload's harness (`Workload.harness(task, "cuda")`) supplies the semantics
     correctness_cases(remeasure) -> [case dict with "label"; "first_seed_only": True runs a large case
         with the first seed and distribution only], seeds(remeasure) -> (int, ...)
     make_inputs(case, seed, distribution) -> [Tensor, ...] on the GPU (positional arguments)
+    optional: timing_sets(requested) -> how many timing input sets to hold (fewer when they would not fit)
     reference(case, inputs) -> Tensor (FP64), baseline(inputs) -> Tensor (the timed PyTorch reference)
     timing_case() -> case
 """
@@ -99,7 +100,8 @@ def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
                 cases.append((case, seed, distribution, inputs, harness.reference(case, inputs)))
     timing_case = harness.timing_case()
     timing_sets = []
-    for k in range(timing["input_sets"]):
+    sets = harness.timing_sets(timing["input_sets"]) if hasattr(harness, "timing_sets") else timing["input_sets"]
+    for k in range(sets):
         inputs = harness.make_inputs(timing_case, seeds[-1] + 1000 + k, harness.distributions[k % len(harness.distributions)])
         timing_sets.append((inputs, harness.reference(timing_case, inputs)))
     rewrite = harness.make_inputs(timing_case, seeds[-1] + 2000, harness.distributions[0])
