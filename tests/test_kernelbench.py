@@ -247,6 +247,8 @@ def test_a_model_whose_constructor_reads_values_is_still_analysed(tmp_path):
     assert w.failures() == {}
     [task] = w.tasks()
     assert "lin_weight" in w.contract(task, "cuda").files["cpp_source.cpp"]
+    # its seed too: the translator built it on the meta device and stopped the compile-check batch at level 3
+    assert w.translated_seed(task)[0] is not None, w.translated_seed(task)[1]
 
 
 def test_a_number_the_forward_makes_a_tensor_of_is_a_constant_and_the_fused_kernel_takes_it_as_a_literal(tmp_path):

@@ -99,6 +99,15 @@ def build_model(module: ModuleType, device: str = "cpu"):
         return module.Model(*module.get_init_inputs())
 
 
+def meta_model(module: ModuleType):
+    """The model on the meta device, for tracing; a constructor that reads values (`.item()`, which the meta
+    device refuses: level 3's Swin tasks) is built on the CPU first."""
+    try:
+        return build_model(module, "meta")
+    except Exception:  # noqa: BLE001
+        return build_model(module, "cpu").to("meta")
+
+
 def state_of(model) -> list[tuple[str, str, Any]]:
     """(role, dotted path, tensor) of every parameter then every buffer, in the binding's order."""
     return [("parameter", n, t) for n, t in model.named_parameters()] + [("buffer", n, t) for n, t in model.named_buffers()]
@@ -109,10 +118,7 @@ def analyse(module: ModuleType) -> TaskAnalysis:
     import torch
 
     try:
-        try:
-            model = build_model(module, "meta")
-        except Exception:  # noqa: BLE001 -- a constructor that reads values (.item()) is built on the CPU
-            model = build_model(module, "cpu").to("meta")
+        model = meta_model(module)
         with torch.device("meta"):
             torch.manual_seed(INIT_SEED)
             inputs = list(module.get_inputs())

@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from hiera_plugins.kernelbench import fusion
-from hiera_plugins.kernelbench.analysis import TaskAnalysis, build_model, one_line
+from hiera_plugins.kernelbench.analysis import TaskAnalysis, meta_model, one_line
 from hiera_plugins.kernelbench.contract import declaration
 
 
@@ -140,7 +140,7 @@ def translate(module: ModuleType, analysis: TaskAnalysis, *, fuse_pointwise: boo
     (`fusion`); a forward without such a chain translates as without it."""
     import torch.fx
 
-    model = build_model(module, "meta")
+    model = meta_model(module)
     try:
         traced = torch.fx.symbolic_trace(model)
     except Exception as exc:  # noqa: BLE001 -- control flow on values, unsupported Python

@@ -12,7 +12,7 @@ import attrs
 from hiera_core.protocols import Knob, NoSeed, Template, UnsupportedArchitecture
 from hiera_core.records import Contract, Task
 from hiera_plugins.kernelbench import contract as contract_files
-from hiera_plugins.kernelbench.analysis import TaskAnalysis, TaskUnusable, analyse, load_task_module
+from hiera_plugins.kernelbench.analysis import TaskAnalysis, TaskUnusable, analyse, load_task_module, one_line
 from hiera_plugins.kernelbench.translate import NoTranslation, translate
 
 ROOT_ENV = "KERNELBENCH_ROOT"
@@ -156,6 +156,8 @@ class KernelBench:
                 self._seeds[task.name] = (translate(loaded.module, loaded.analysis), None)
             except NoTranslation as exc:
                 self._seeds[task.name] = (None, str(exc))
+            except Exception as exc:  # noqa: BLE001 -- a translator fault is this task's missing seed, not the batch's end
+                self._seeds[task.name] = (None, f"the translation failed: {one_line(exc)}")
         return self._seeds[task.name]
 
     def templates(self, task: Task, arch: str) -> list[Template]:
