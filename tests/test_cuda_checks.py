@@ -55,6 +55,7 @@ def test_runtime_space_rules():
 
 
 @pytest.mark.skipif(find_cuda_home() is None, reason="no CUDA toolkit")
+@pytest.mark.timeout(1200)  # three real builds of 60-100 s each on a 2-core machine, more when others build
 def test_a_real_extension_build_its_symbols_and_the_cache(tmp_path):
     """Compile-only (no GPU): cuBLAS hidden from the source scan is found in the built library's symbols;
     a compiler error is kept for the next prompt; an identical candidate is a cache hit."""

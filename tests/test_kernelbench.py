@@ -198,6 +198,7 @@ def test_the_expert_fuses_each_pointwise_chain_into_one_generated_kernel():
     assert w1.templates(by_name(w1)["5_Softmax_of_sum"], "cuda") == []  # no seed, nothing to move from
 
 
+@pytest.mark.timeout(1200)  # a real build, then a rejection
 def test_a_fused_candidate_builds_with_hiera_eval_compile_only(tmp_path):
     """No GPU needed: `hiera eval --compile-only` checks the generated kernel and the ATen calls around it and
     builds them as the evaluator does, then lists the kernels the compiler reported."""

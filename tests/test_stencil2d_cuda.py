@@ -182,6 +182,7 @@ def test_work_counts_one_read_and_one_write_and_an_fma_per_tap():
     assert bytes_moved == pytest.approx(1.678e9, rel=1e-3) and flops == pytest.approx(10.28e9, rel=1e-3)
 
 
+@pytest.mark.timeout(900)  # nvcc compiles the fused kernel (with torch's headers)
 def test_fuse_steps_runs_two_steps_per_launch_in_the_ring_only_when_there_are_steps_to_fuse(tmp_path):
     """With steps > 1 the ring with fuse_steps renders a second kernel, two steps per launch, that nvcc
     compiles without spills (device code only, when a toolkit is there); with one step, or another
@@ -215,6 +216,7 @@ def test_fuse_steps_runs_two_steps_per_launch_in_the_ring_only_when_there_are_st
 
 
 @pytest.mark.skipif(find_cuda_home() is None, reason="no CUDA toolkit")
+@pytest.mark.timeout(900)  # a real build
 def test_the_most_complex_kernel_builds(tmp_path):
     """Compile-only (no GPU): the cp.async ring with split boundaries and 16-byte copies, as the
     evaluator builds it; ptxas reports both instantiations of the kernel without spills."""
