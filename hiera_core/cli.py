@@ -288,8 +288,8 @@ class Progress:
             f"[bold]round {plan.round}[/]: space {plan.decision.space}, direction {plan.decision.direction}"
             f" ({scores}), strategy {plan.strategy.name}"
         )
-        if not any(plan.decision.scores.values()):
-            self.console.print("  every direction scored 0 (the expert: no untried move left): the search stops here")
+        if plan.decision.exhausted:
+            self.console.print("  every direction scored 0: nothing left to try, the search stops here")
 
     @hookimpl
     def hiera_candidate_evaluated(self, candidate, evaluation) -> None:

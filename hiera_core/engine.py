@@ -87,7 +87,7 @@ class Engine:
             structlog.contextvars.bind_contextvars(round=round_)
             ctx = self._context(round_)
             plan = self._plan(ctx) if self.agents.plans else None
-            if plan is not None and not any(plan.decision.scores.values()):
+            if plan is not None and plan.decision.exhausted:
                 self._generated(round_, lambda: _nothing_left(round_, plan))
                 break
             batch = self._generated(round_, lambda: self._generate(ctx, plan))

@@ -199,6 +199,12 @@ class SpaceDecision:
         """The argmax direction; ties go to the paper's order C, P, M, R, T."""
         return max(self.scores, key=lambda d: (self.scores[d], -DIRECTIONS.index(d) if d in DIRECTIONS else 0))
 
+    @property
+    def exhausted(self) -> bool:
+        """Every direction scored 0: the planner sees nothing left to try (the expert, when no direction has an
+        untried move), and the search stops."""
+        return not any(self.scores.values())
+
 
 @attrs.frozen(kw_only=True)
 class Strategy:
