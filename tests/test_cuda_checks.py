@@ -115,3 +115,26 @@ def test_adaptive_timing_stops_when_the_mean_is_known_well_enough():
     assert not timing_done(steady[:9], fixed) and timing_done(steady, fixed) and timing_done(noisy, fixed)
     assert timing_done(steady, adaptive) and not timing_done(noisy, adaptive)
     assert timing_done([1.0, 2.0] * 25, adaptive)  # max_repeats
+
+
+def test_outputs_are_compared_in_chunks_with_the_same_verdict():
+    """Large outputs are compared a chunk at a time (whole-tensor FP64 temporaries ran the H200 out of
+    memory on KernelBench level 1 task 38); the verdict and the first bad element do not depend on it."""
+    import torch
+
+    from hiera_plugins.cuda.worker import max_error
+
+    torch.manual_seed(0)
+    reference = torch.randn(37, 29, dtype=torch.float64) * 3
+    good = reference.float()
+    bad = good.clone()
+    bad[20, 5] += 0.5
+    bad[30, 1] += 1.0
+    broken = good.clone()
+    broken[36, 28] = float("nan")
+    for chunk in (7, 64, 10**6):
+        error, first = max_error(good, reference, 1e-4, 1e-4, chunk=chunk)
+        assert first is None and 0 < error < 1e-5
+        error, first = max_error(bad, reference, 1e-4, 1e-4, chunk=chunk)
+        assert first == 20 * 29 + 5 and error == pytest.approx(1.0, abs=1e-5)
+        assert max_error(broken, reference, 1e-4, 1e-4, chunk=chunk)[1] == "non-finite"

@@ -359,3 +359,19 @@ def test_a_fused_chain_computes_the_reference_for_every_broadcast_pattern(tmp_pa
     for shape in [(3, 4, 5, 6), (1, 4, 5, 6)]:
         x = torch.rand(*shape) - 0.5
         torch.testing.assert_close(extension.forward(x, *state), model(x), rtol=1e-6, atol=1e-6)
+
+
+def test_a_forward_that_draws_random_numbers_is_found_by_the_trace(tmp_path):
+    """Dropout in training mode (KernelBench never calls .eval()) makes the output depend on the RNG: such a
+    task is checked from one seed, in FP32 (level 2 task 66's seed was rejected against an FP64 reference,
+    which draws other numbers, on the H200, 2026-11-29)."""
+    from hiera_plugins.kernelbench.analysis import analyse, load_task_module
+
+    random = one_task_checkout(tmp_path / "a", 2, "1_Dropout", init="self.drop = nn.Dropout(0.3)",
+                               forward="return torch.softmax(self.drop(x), dim=1)", inputs="torch.rand(4, 8)")
+    plain = one_task_checkout(tmp_path / "b", 2, "1_Plain", init="self.drop = nn.Dropout(0.0)",
+                              forward="return torch.softmax(x, dim=1)", inputs="torch.rand(4, 8)")
+    for w, expected in ((random, True), (plain, False)):
+        [task] = w.tasks()
+        assert analyse(load_task_module(Path(task.params["path"]))).random is expected
+    assert "at::dropout(" in random.seed(random.tasks()[0], "cuda")[0]

@@ -1,6 +1,7 @@
 """The kernelbench workload on a real GPU: the ATen seed and the fused expert move of a level-2 task are built,
 checked against the FP64 reference and timed against eager PyTorch; a wrong kernel is rejected."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,29 @@ def test_a_wrong_kernel_is_rejected_as_incorrect(tmp_path):
     source.write_text(seed.replace("at::relu(v1)", "at::abs(v1)"))  # the linear layer's negatives come out positive
     done = run_hiera("eval", str(source), *TASK, "--space", "libraries_pytorch", cwd=tmp_path, timeout=900)
     assert '"kind": "incorrect"' in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_a_task_that_draws_random_numbers_is_checked_from_one_seed(tmp_path):
+    """Dropout in training mode: the reference and every call start from one RNG seed, so the ATen seed,
+    which draws as PyTorch does, is correct, and a kernel that skips the dropout is not. Against an FP64
+    reference every candidate of KernelBench's level 2 task 66 was rejected (H200, 2026-11-29)."""
+    from test_kernelbench import one_task_checkout
+
+    w = one_task_checkout(tmp_path / "kb", 2, "1_Linear_Dropout", init="self.lin = nn.Linear(256, 256)\n"
+                          "        self.drop = nn.Dropout(0.5)", forward="return self.drop(self.lin(x))",
+                          inputs="torch.rand(64, 256)")
+    [task] = w.tasks()
+    seed = w.seed(task, "cuda")[0]
+    skipped = re.sub(r"at::dropout\((\w+), [^)]*\)", r"\1", seed)
+    assert skipped != seed
+    verdicts = {}
+    for name, source in (("seed", seed), ("skipped", skipped)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "cuda_source.cu").write_text(source)
+        done = run_hiera("eval", str(tmp_path / name / "cuda_source.cu"), "--workload", "kernelbench", "--task",
+                         "1_Linear_Dropout", "--arch", "cuda", "--space", "libraries_pytorch",
+                         "--set", f"workload.kernelbench.root={tmp_path / 'kb'}", "--set", "workload.kernelbench.level=2",
+                         cwd=tmp_path / name, timeout=900)
+        verdicts[name] = done.stdout + done.stderr[-2000:]
+    assert '"kind": "measured"' in verdicts["seed"], verdicts["seed"]
+    assert '"kind": "incorrect"' in verdicts["skipped"], verdicts["skipped"]

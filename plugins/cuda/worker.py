@@ -21,6 +21,8 @@ The workload's harness (`Workload.harness(task, "cuda")`) supplies the semantics
         with the first seed and distribution only], seeds(remeasure) -> (int, ...)
     make_inputs(case, seed, distribution) -> [Tensor, ...] on the GPU (positional arguments)
     optional: timing_sets(requested) -> how many timing input sets to hold (fewer when they would not fit)
+    optional: call_seed -> int or None: the RNG seed every call of the candidate and the baseline starts
+        from (the references were computed from it: a task that draws random numbers)
     reference(case, inputs) -> Tensor (FP64), baseline(inputs) -> Tensor (the timed PyTorch reference)
     timing_case() -> case
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
@@ -107,13 +110,14 @@ def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
     rewrite = harness.make_inputs(timing_case, seeds[-1] + 2000, harness.distributions[0])
     rewrite_reference = harness.reference(timing_case, rewrite)
     flush = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device="cuda")
-    baseline = harness.baseline
+    call_seed = getattr(harness, "call_seed", None)
+    baseline = seeded(harness.baseline, call_seed)
     _timed(flush, lambda: baseline(timing_sets[0][0]))  # the harness's own threads exist before the candidate's
     timers = _timer_identity()
     threads_before = threading.active_count(), _os_threads()
 
     phases.mark("references")
-    fn = getattr(load_candidate(request["library"]), harness.entry)  # the candidate enters the process only now
+    fn = seeded(getattr(load_candidate(request["library"]), harness.entry), call_seed)  # it enters the process only now
     phases.mark("load")
     rtol, atol = harness.tolerance
     checks, max_error = [], 0.0
@@ -175,6 +179,19 @@ def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def seeded(call, seed: int | None):
+    """`call` starting from the RNG state `torch.manual_seed(seed)` gives (a task that draws random numbers,
+    like dropout in training mode, as the harness computed its references); `call` itself when seed is None."""
+    if seed is None:
+        return call
+
+    def from_seed(*args):
+        torch.manual_seed(seed)
+        return call(*args)
+
+    return from_seed
+
+
 class Phases:
     """Wall time of each phase, printed to the worker's log: where a candidate's evaluation time goes."""
 
@@ -231,13 +248,19 @@ def _poison_allocator(input_bytes: int, output_bytes: int) -> None:
     temporaries) go back to the driver first; outputs below 1 MiB come from the allocator's 2 MiB
     small-block segments, which a single large block never feeds."""
     torch.cuda.empty_cache()
-    blocks = [torch.empty(max(input_bytes, output_bytes) * 2, dtype=torch.uint8, device="cuda")]
+    free, _ = torch.cuda.mem_get_info()  # twice the largest tensor, within half of what is free (large tasks)
+    blocks = [torch.empty(min(max(input_bytes, output_bytes) * 2, free // 2), dtype=torch.uint8, device="cuda")]
     if output_bytes < 2**20:
         size = max(output_bytes, 512)
         blocks += [torch.empty(size, dtype=torch.uint8, device="cuda") for _ in range(min(4096, 2**21 // size + 1))]
     for block in blocks:
         block.fill_(0xFF)
     del blocks
+
+
+COMPARE_CHUNK = 2**26
+"""Elements compared at a time: FP64 temporaries of 512 MiB whatever the output's size (level 1 task 38's
+output is 2.1 G elements; whole-tensor temporaries ran the H200 out of memory)."""
 
 
 def _compare(out, reference, dtype, rtol, atol, label) -> float:
@@ -249,20 +272,41 @@ def _compare(out, reference, dtype, rtol, atol, label) -> float:
         raise Rejected(f"{label}: output shape {tuple(out.shape)}, expected {tuple(reference.shape)}")
     # On the GPU, against references that stay allocated for the whole process (no candidate output can be
     # handed their memory); no temporary below holds a copy of a reference that a later output could reuse.
-    got = out.detach().double()
-    if not torch.isfinite(got).all():
+    error, first_bad = max_error(out.detach(), reference.to(out.device), rtol, atol)
+    if first_bad == "non-finite":
         raise Rejected(f"{label}: non-finite values in the output (never written?)")
-    reference = reference.to(got.device)
-    diff = (got - reference).abs_()
-    scale = max(1.0, float(reference.pow(2).mean().sqrt())) if reference.numel() else 1.0
-    bound = reference.abs().mul_(rtol).add_(atol * scale)  # atol is relative to the output's RMS magnitude
-    if (diff > bound).any():
-        where = tuple(int(i) for i in torch.nonzero(diff > bound)[0])
+    if first_bad is not None:
+        where = tuple(int(i) for i in torch.unravel_index(torch.tensor(first_bad), tuple(out.shape)))
         raise Rejected(
-            f"{label}: max abs error {diff.max().item():.3g} (at {where}: got {got[where].item():.6g},"
-            f" expected {reference[where].item():.6g}; rtol {rtol:g}, atol {atol:g})"
+            f"{label}: max abs error {error:.3g} (at {where}: got {float(out[where]):.6g},"
+            f" expected {float(reference[where]):.6g}; rtol {rtol:g}, atol {atol:g})"
         )
-    return float(diff.max().item()) if diff.numel() else 0.0
+    return error
+
+
+def max_error(out: torch.Tensor, reference: torch.Tensor, rtol: float, atol: float,
+              chunk: int = COMPARE_CHUNK) -> tuple[float, int | str | None]:
+    """The largest |out - reference| and where the first element out of tolerance is (a flat index;
+    "non-finite" if any output value is NaN or infinite; None if all pass). An element passes when
+    |out - ref| <= atol * max(1, rms(ref)) + rtol * |ref|. Works through both tensors `chunk` elements at a time."""
+    got_all, ref_all = out.reshape(-1), reference.reshape(-1)
+    n = ref_all.numel()
+    if n == 0:
+        return 0.0, None
+    spans = [(start, min(n, start + chunk)) for start in range(0, n, chunk)]
+    if not all(bool(torch.isfinite(got_all[a:b]).all()) for a, b in spans):
+        return float("nan"), "non-finite"
+    squares = sum(float(ref_all[a:b].double().pow(2).sum()) for a, b in spans)
+    scale = max(1.0, math.sqrt(squares / n))  # atol is relative to the output's RMS magnitude
+    error, first_bad = 0.0, None
+    for a, b in spans:
+        ref = ref_all[a:b].double()
+        diff = (got_all[a:b].double() - ref).abs_()
+        error = max(error, float(diff.max()))
+        bad = diff > ref.abs().mul_(rtol).add_(atol * scale)
+        if first_bad is None and bool(bad.any()):
+            first_bad = a + int(torch.nonzero(bad)[0])
+    return error, first_bad
 
 
 def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:

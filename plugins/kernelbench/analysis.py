@@ -22,6 +22,10 @@ INIT_SEED = 42
 """KernelBench's seed for the reference's weights (`set_seed(42)` before `Model(*get_init_inputs())`)."""
 CPU_TRACE_LIMIT = 1 << 24
 """Elements (inputs plus state) up to which a forward the meta device cannot run is traced on the CPU."""
+RANDOM_OPS = {"bernoulli", "bernoulli_", "native_dropout", "rand", "rand_like", "randn", "randn_like", "randint",
+              "randint_like", "randperm", "normal", "normal_", "uniform_", "exponential_", "geometric_", "cauchy_",
+              "log_normal_", "random_", "multinomial", "poisson", "rrelu_with_noise"}
+"""ATen operators that draw from the RNG."""
 CPP_KEYWORDS = {"auto", "int", "float", "double", "char", "bool", "return", "class", "struct", "new", "delete",
                 "default", "template", "this", "register", "union", "namespace", "switch", "case", "out", "at", "torch"}
 
@@ -61,6 +65,9 @@ class TaskAnalysis:
     """`meta` or `cpu`."""
     training: bool
     """Whether the model is in training mode when constructed (KernelBench never calls `.eval()`)."""
+    random: bool = False
+    """Whether the forward draws random numbers (dropout in training mode, `torch.rand`, ...): its output
+    depends on the RNG state, so it is checked as KernelBench does, reference and candidate from one seed."""
 
     @property
     def tensor_arguments(self) -> tuple[Argument, ...]:
@@ -125,8 +132,9 @@ def analyse(module: ModuleType) -> TaskAnalysis:
     except Exception as exc:  # noqa: BLE001
         raise TaskUnusable(f"building the model or its inputs failed: {one_line(exc)}") from None
     traced_on = "meta"
+    ops = _OpNames()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), ops:
             out = model(*inputs)
     except Exception as meta_exc:  # noqa: BLE001 -- data-dependent ops (.item(), nonzero) need real data
         size = sum(t.numel() for t in inputs if isinstance(t, torch.Tensor)) + sum(t.numel() for _, _, t in state_of(model))
@@ -137,7 +145,7 @@ def analyse(module: ModuleType) -> TaskAnalysis:
             model = build_model(module, "cpu")
             torch.manual_seed(INIT_SEED)
             inputs = list(module.get_inputs())
-            with torch.no_grad():
+            with torch.no_grad(), ops:
                 out = model(*inputs)
         except Exception as exc:  # noqa: BLE001
             raise TaskUnusable(f"running the reference failed: {one_line(exc)}") from None
@@ -145,7 +153,24 @@ def analyse(module: ModuleType) -> TaskAnalysis:
     if type(out) is not torch.Tensor:
         raise TaskUnusable(f"its forward returns a {type(out).__name__}, not one tensor: the binding returns torch::Tensor")
     return TaskAnalysis(arguments=_arguments(module.Model.forward, inputs, model), output_shape=tuple(out.shape),
-                        output_dtype=str(out.dtype).removeprefix("torch."), traced_on=traced_on, training=model.training)
+                        output_dtype=str(out.dtype).removeprefix("torch."), traced_on=traced_on, training=model.training,
+                        random=bool(ops.names & RANDOM_OPS))
+
+
+def _OpNames():
+    """A dispatch mode that collects the names of the ATen operators run inside it (`.names`)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class OpNames(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    return OpNames()
 
 
 def _arguments(forward, inputs: list[Any], model) -> tuple[Argument, ...]:

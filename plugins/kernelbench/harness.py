@@ -3,7 +3,9 @@
 Positional inputs are the `get_inputs()` tensors on the GPU followed by the model's parameters and buffers, in
 the binding's order; scalar forward arguments are not passed (the binding's defaults hold their values). The
 reference is the task's `Model` in FP64 (`model.double()`, floating inputs `.double()`, TF32 off, as the worker
-sets it); the baseline is the same `Model` in FP32, eager. KernelBench tasks have one shape each, so the
+sets it); the baseline is the same `Model` in FP32, eager. A forward that draws random numbers (dropout in
+training mode) is checked as KernelBench checks it: the reference is the FP32 `Model` and every call, the
+candidate's too, starts from one RNG seed (the draws depend on the dtype). KernelBench tasks have one shape each, so the
 correctness cases are that shape under several seeds and two distributions (one seed and distribution, and
 one timing input set, where the full protocol's sets would take more than half of the GPU's memory).
 """
@@ -23,6 +25,9 @@ the values written into the timed inputs in place."""
 
 LARGE_SHARE = 0.5
 """The share of the GPU's memory the input sets may take; the rest is for outputs, copies and the candidate."""
+
+CALL_SEED = 42
+"""The RNG seed every call of a task that draws random numbers starts from."""
 
 DISTRIBUTIONS = ("as-generated", "scaled-offset")
 """`get_inputs()` as written, and its floating tensors as x*2+0.5 (still positive where the task's are, so
@@ -48,6 +53,7 @@ class KernelBenchHarness:
         self.state = [t.detach() for _, _, t in state_of(self.model)]
         """The model's parameters and buffers as plain tensors (same storage): the worker rewrites every
         argument in place between calls, which autograd refuses on a parameter that requires grad."""
+        self.call_seed = CALL_SEED if self.analysis.random else None
         self._scalars: dict[int, Any] = {}
         self._torch = torch
         inputs = sum(math.prod(a.shape) * 4 for a in self.analysis.arguments if a.role == "input" and a.shape is not None)
@@ -98,6 +104,9 @@ class KernelBenchHarness:
 
     def reference(self, case: dict[str, Any], inputs: list):
         with self._torch.no_grad():
+            if self.call_seed is not None:
+                self._torch.manual_seed(self.call_seed)
+                return self.model(*self._forward_args(inputs, double=False)).double()
             return self.reference_model(*self._forward_args(inputs, double=True)).double()
 
     def baseline(self, inputs: list):
