@@ -336,7 +336,8 @@ def emulated_on_the_cpu(source: str) -> str:
 
 def test_a_fused_chain_computes_the_reference_for_every_broadcast_pattern(tmp_path):
     """The fused kernels, emulated on the CPU: operands broadcast along different dimensions (merged where they
-    can be), a batch of one (a size-1 dimension) and a second chain of scalars only."""
+    can be), a batch of one (a size-1 dimension) and a second chain of scalars only, whose last step broadcasts
+    the value up to another shape and so stays an ATen call (level 2 task 51's fused candidate crashed on one)."""
     from torch.utils.cpp_extension import load_inline
 
     from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
@@ -345,7 +346,7 @@ def test_a_fused_chain_computes_the_reference_for_every_broadcast_pattern(tmp_pa
         tmp_path, 2, "1_Broadcasts",
         init="self.b1 = nn.Parameter(torch.randn(4, 1, 1))\n        self.b2 = nn.Parameter(torch.randn(5, 1))\n"
              "        self.b3 = nn.Parameter(torch.randn(4, 1, 6))",
-        forward="y = torch.relu((x + self.b1) * self.b2 - self.b3)\n        return torch.sigmoid(y.sum(dim=-1, keepdim=True) * 0.5 + 1.0)",
+        forward="y = torch.relu((x + self.b1) * self.b2 - self.b3)\n        return torch.sigmoid(y.sum(dim=-1, keepdim=True) * 0.5 + 1.0) * x",
         inputs="torch.rand(3, 4, 5, 6)",
     )
     [task] = w.tasks()

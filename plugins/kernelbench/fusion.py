@@ -192,14 +192,29 @@ dim3 block_of(const Layout& layout) {
     return dim3(static_cast<unsigned>(along), static_cast<unsigned>(256 / along));
 }
 
+// Each thread walks PER_THREAD elements of its row or more. A row's operand offsets take a division and a
+// modulo per outer dimension, issued once per warp and row: with one element per thread they were the
+// kernel's cost (level 2 task 1 on the H200: 1.35 ms slower than the two ATen ops it replaced).
+constexpr int64_t PER_THREAD = 16;
+
 dim3 grid_of(const Layout& layout) {
     const dim3 block = block_of(layout);
-    return dim3(static_cast<unsigned>(std::min<int64_t>((layout.inner + block.x - 1) / block.x, 1024)),
+    const int64_t along = block.x * PER_THREAD;
+    return dim3(static_cast<unsigned>(std::min<int64_t>((layout.inner + along - 1) / along, 1024)),
                 static_cast<unsigned>(std::min<int64_t>((layout.rows + block.y - 1) / block.y, 65535)));
 }
 
 __device__ __forceinline__ int64_t row_offset(int64_t row, const Layout& layout, const Operand& operand) {
     int64_t offset = 0;
+    if (layout.rows <= 0xFFFFFFFFLL) {  // 32-bit division, several times cheaper than 64-bit
+        uint32_t r = static_cast<uint32_t>(row);
+        for (int d = layout.outer_dims - 1; d >= 0; --d) {
+            const uint32_t size = static_cast<uint32_t>(layout.size[d]);
+            offset += static_cast<int64_t>(r % size) * operand.stride[d];
+            r /= size;
+        }
+        return offset;
+    }
     for (int d = layout.outer_dims - 1; d >= 0; --d) {
         offset += (row % layout.size[d]) * operand.stride[d];
         row /= layout.size[d];

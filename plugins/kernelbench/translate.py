@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from hiera_plugins.kernelbench import fusion
-from hiera_plugins.kernelbench.analysis import TaskAnalysis, meta_model, one_line
+from hiera_plugins.kernelbench.analysis import INIT_SEED, TaskAnalysis, meta_model, one_line
 from hiera_plugins.kernelbench.contract import declaration
 
 
@@ -149,8 +149,30 @@ def translate(module: ModuleType, analysis: TaskAnalysis, *, fuse_pointwise: boo
     source = emitter.emit(traced.graph)
     if not fuse_pointwise:
         return source
+    _propagate_shapes(module, traced)
     chains = emitter.pointwise_chains(traced.graph)
     return _Emitter(model, analysis, traced).emit(traced.graph, chains) if chains else source
+
+
+def _propagate_shapes(module: ModuleType, traced) -> None:
+    """Every node's output shape in `node.meta["tensor_meta"]`, from one run on the meta device; nodes stay
+    without one where that run fails (a forward that needs values)."""
+    import torch
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    try:
+        with torch.device("meta"):
+            torch.manual_seed(INIT_SEED)
+            inputs = list(module.get_inputs())
+        with torch.no_grad():
+            ShapeProp(traced).propagate(*inputs)
+    except Exception:  # noqa: BLE001 -- then no chain is fused: `pointwise_chains` needs the shapes
+        pass
+
+
+def _shape(node) -> tuple[int, ...] | None:
+    meta = getattr(node, "meta", {}).get("tensor_meta")
+    return tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else None
 
 
 TENSOR_KINDS = ("input", "new", "view")
@@ -250,15 +272,16 @@ class _Emitter:
     # --- fusing pointwise chains -------------------------------------------------------------------
 
     def pointwise_chains(self, graph) -> list[list[Any]]:
-        """Runs of 2+ pointwise nodes, each the only user of the one before, over tensors (after `emit`, which
-        records every node's kind)."""
+        """Runs of 2+ pointwise nodes, each the only user of the one before, over tensors, each of the shape of
+        the value it applies to (after `emit`, which records every node's kind, and `_propagate_shapes`)."""
         steps = {}
         for node in graph.nodes:
             if node.op not in ("call_function", "call_method", "call_module") or self.kind.get(node) != "new":
                 continue
             found = self.pointwise_step(node)
-            if found is not None and all(self.kind.get(t) in TENSOR_KINDS for t in (found[0], *found[1].tensors)):
-                steps[node] = found
+            if (found is not None and all(self.kind.get(t) in TENSOR_KINDS for t in (found[0], *found[1].tensors))
+                    and _shape(node) is not None and _shape(node) == _shape(found[0])):  # operands broadcast to the
+                steps[node] = found  # value, not it to them (level 2 task 51: [2048, 1] + [2048, 8192])
         chains, member = [], {}
         for node, (main, _) in steps.items():
             if main in member and len(main.users) == 1:
