@@ -376,3 +376,32 @@ def test_a_forward_that_draws_random_numbers_is_found_by_the_trace(tmp_path):
         [task] = w.tasks()
         assert analyse(load_task_module(Path(task.params["path"]))).random is expected
     assert "at::dropout(" in random.seed(random.tasks()[0], "cuda")[0]
+
+
+def test_a_model_with_hundreds_of_tensors_gets_its_state_as_one_vector(tmp_path, monkeypatch):
+    """Level 3's ResNet101 and DenseNet201 take ~620 tensors; their typed bindings did not compile (g++'s
+    constexpr limits in pybind11's signature). Past PACK_STATE_ABOVE arguments the binding takes positional
+    tensors and hands the state to `forward` as one vector; the seed names each entry as before. Built here
+    for the CPU and called as the harness calls it."""
+    from torch.utils.cpp_extension import load_inline
+
+    from hiera_plugins.kernelbench import contract
+    from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
+
+    monkeypatch.setattr(contract, "PACK_STATE_ABOVE", 2)  # the task below has 3 arguments
+    w = one_task_checkout(tmp_path, 3, "1_Packed", init="self.lin = nn.Linear(8, 4)",
+                          forward="return torch.relu(self.lin(x))", inputs="torch.rand(3, 8)")
+    [task] = w.tasks()
+    files = w.contract(task, "cuda").files
+    seed = w.seed(task, "cuda")[0]
+    assert "const std::vector<torch::Tensor>& state" in files["cpp_source.cpp"] and "py::args" in files["cpp_source.cpp"]
+    assert "const torch::Tensor& lin_weight = state[0];" in seed
+    assert "`state[1]` = `lin_bias`" in w.contract(task, "cuda").interface
+    assert "self.extension.forward(x, self.lin_weight, self.lin_bias)" in files["torch_demo.py"]
+    extension = load_inline("packed_state", cpp_sources=[seed + files["cpp_source.cpp"]], build_directory=str(tmp_path))
+    model = build_model(load_task_module(tmp_path / "KernelBench" / "level3" / "1_Packed.py"), "cpu")
+    x = torch.rand(3, 8)
+    state = [t.detach() for _, _, t in state_of(model)]
+    torch.testing.assert_close(extension.forward(x, *state), model(x))
+    with pytest.raises(RuntimeError, match="forward takes 3 tensors"):
+        extension.forward(x, state[0])

@@ -12,7 +12,7 @@ from typing import Any
 
 from hiera_plugins.kernelbench import fusion
 from hiera_plugins.kernelbench.analysis import INIT_SEED, TaskAnalysis, meta_model, one_line
-from hiera_plugins.kernelbench.contract import declaration
+from hiera_plugins.kernelbench.contract import declaration, state_aliases
 
 
 class NoTranslation(Exception):
@@ -252,7 +252,7 @@ class _Emitter:
 #include <torch/extension.h>
 {fused}
 {declaration(self.analysis)[:-1]} {{
-{body}
+{state_aliases(self.analysis)}{body}
     return {result}.contiguous();
 }}
 """
