@@ -186,7 +186,7 @@ def test_the_expert_fuses_each_pointwise_chain_into_one_generated_kernel():
     fused = template.render({"fuse_pointwise": True})
     assert "pointwise_kernel_0" in fused and "pointwise_kernel_1" not in fused
     assert "at::relu(" not in fused and " * 0.5" not in fused.split("forward(")[1]  # all three ops are in the kernel
-    assert "v = fmaxf(v, 0.0f);" in fused and "v = (v * 0.5f);" in fused
+    assert "v = max_nan(v, 0.0f);" in fused and "v = (v * 0.5f);" in fused
     assert "v = (v + a0.data[base0 + j * a0.inner]);" in fused
     assert "pointwise_0(" in fused and ", {bias});" in fused
     assert LibrariesPytorch(None).check_source(fused, "cuda") is None and hack_in_source(fused, "float32") is None
@@ -267,7 +267,7 @@ def test_a_number_the_forward_makes_a_tensor_of_is_a_constant_and_the_fused_kern
     seed = template.render({"fuse_pointwise": False})
     assert "at::scalar_tensor(0.5, at::TensorOptions().dtype(at::kFloat));" in seed and "at::minimum(v1, v2)" in seed, seed
     fused = template.render({"fuse_pointwise": True})
-    assert "scalar_tensor" not in fused and "v = fminf(v, 0.5f);" in fused and "pointwise_0(v1, {bias})" in fused, fused
+    assert "scalar_tensor" not in fused and "v = min_nan(v, 0.5f);" in fused and "pointwise_0(v1, {bias})" in fused, fused
 
     # The seed is plain ATen: built for the CPU (g++, ~40 s), it computes what the reference computes.
     from torch.utils.cpp_extension import load_inline
@@ -337,7 +337,8 @@ def emulated_on_the_cpu(source: str) -> str:
 def test_a_fused_chain_computes_the_reference_for_every_broadcast_pattern(tmp_path):
     """The fused kernels, emulated on the CPU: operands broadcast along different dimensions (merged where they
     can be), a batch of one (a size-1 dimension) and a second chain of scalars only, whose last step broadcasts
-    the value up to another shape and so stays an ATen call (level 2 task 51's fused candidate crashed on one)."""
+    the value up to another shape and so stays an ATen call (level 2 task 51's fused candidate crashed on one);
+    a NaN goes through relu as through PyTorch's."""
     from torch.utils.cpp_extension import load_inline
 
     from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
@@ -359,7 +360,8 @@ def test_a_fused_chain_computes_the_reference_for_every_broadcast_pattern(tmp_pa
     state = [t.detach() for _, _, t in state_of(model)]
     for shape in [(3, 4, 5, 6), (1, 4, 5, 6)]:
         x = torch.rand(*shape) - 0.5
-        torch.testing.assert_close(extension.forward(x, *state), model(x), rtol=1e-6, atol=1e-6)
+        x[0, 1, 2, 3] = float("nan")  # relu keeps a NaN, as PyTorch's does (fmaxf would make it 0)
+        torch.testing.assert_close(extension.forward(x, *state), model(x), rtol=1e-6, atol=1e-6, equal_nan=True)
 
 
 def test_a_forward_that_draws_random_numbers_is_found_by_the_trace(tmp_path):

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 UNARY_C = {
-    "relu": "fmaxf({v}, 0.0f)",
+    "relu": "max_nan({v}, 0.0f)",
     "sigmoid": "(1.0f / (1.0f + expf(-{v})))",
     "tanh": "tanhf({v})",
     "exp": "expf({v})",
@@ -32,8 +32,8 @@ UNARY_C = {
     "reciprocal": "(1.0f / {v})",
     "floor": "floorf({v})",
     "ceil": "ceilf({v})",
-    "hardsigmoid": "fminf(fmaxf({v} / 6.0f + 0.5f, 0.0f), 1.0f)",
-    "hardswish": "({v} * fminf(fmaxf({v} + 3.0f, 0.0f), 6.0f) / 6.0f)",
+    "hardsigmoid": "min_nan(max_nan({v} / 6.0f + 0.5f, 0.0f), 1.0f)",
+    "hardswish": "({v} * min_nan(max_nan({v} + 3.0f, 0.0f), 6.0f) / 6.0f)",
     "mish": "({v} * tanhf(log1pf(expf({v}))))",
     "selu": "(1.0507009873554805f * ({v} > 0.0f ? {v} : 1.6732632423543772f * expm1f({v})))",
     "softsign": "({v} / (fabsf({v}) + 1.0f))",
@@ -41,7 +41,7 @@ UNARY_C = {
 """C expressions of one float `{v}` for the unary pointwise operators (their PyTorch definitions)."""
 
 BINARY_C = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "truediv": "({a} / {b})",
-            "div": "({a} / {b})", "maximum": "fmaxf({a}, {b})", "minimum": "fminf({a}, {b})"}
+            "div": "({a} / {b})", "maximum": "max_nan({a}, {b})", "minimum": "min_nan({a}, {b})"}
 
 
 def flit(value: Any) -> str:
@@ -78,8 +78,8 @@ def parametric(name: str, params: dict[str, Any]) -> str:
         return f"({{v}} * {flit(beta)} > {flit(threshold)} ? {{v}} : log1pf(expf({{v}} * {flit(beta)})) / {flit(beta)})"
     if name == "clamp":
         lo, hi = params.get("min"), params.get("max")
-        expression = "{v}" if lo is None else f"fmaxf({{v}}, {flit(lo)})"
-        return expression if hi is None else f"fminf({expression}, {flit(hi)})"
+        expression = "{v}" if lo is None else f"max_nan({{v}}, {flit(lo)})"
+        return expression if hi is None else f"min_nan({expression}, {flit(hi)})"
     raise ValueError(f"no pointwise expression for {name}")
 
 
@@ -203,6 +203,10 @@ dim3 grid_of(const Layout& layout) {
     return dim3(static_cast<unsigned>(std::min<int64_t>((layout.inner + along - 1) / along, 1024)),
                 static_cast<unsigned>(std::min<int64_t>((layout.rows + block.y - 1) / block.y, 65535)));
 }
+
+// PyTorch's maximum, minimum, clamp and relu return NaN where an operand is NaN; fmaxf and fminf return the other.
+__device__ __forceinline__ float max_nan(float a, float b) { return a != a ? a : (b != b ? b : fmaxf(a, b)); }
+__device__ __forceinline__ float min_nan(float a, float b) { return a != a ? a : (b != b ? b : fminf(a, b)); }
 
 __device__ __forceinline__ int64_t row_offset(int64_t row, const Layout& layout, const Operand& operand) {
     int64_t offset = 0;
