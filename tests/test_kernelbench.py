@@ -407,3 +407,41 @@ def test_a_model_with_hundreds_of_tensors_gets_its_state_as_one_vector(tmp_path,
     torch.testing.assert_close(extension.forward(x, *state), model(x))
     with pytest.raises(RuntimeError, match="forward takes 3 tensors"):
         extension.forward(x, state[0])
+
+
+def test_recurrent_layers_concatenation_and_indexing_translate_and_compute_the_reference(tmp_path):
+    """The operators level 3 lacked (2026-11-29: 35 seeds of 48, from 13): nn.GRU and nn.LSTM with their state,
+    torch.cat, nn.ReLU6, F.max_pool2d, integer division of sizes and basic indexing. The seed is built for the
+    CPU and compared with the reference."""
+    from torch.utils.cpp_extension import load_inline
+
+    from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
+
+    folder = tmp_path / "KernelBench" / "level3"
+    folder.mkdir(parents=True)
+    (folder / "1_Recurrent.py").write_text(
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass Model(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.gru = nn.GRU(6, 5, 2, batch_first=True)\n        self.lstm = nn.LSTM(5, 4, 1, batch_first=True)\n"
+        "        self.act = nn.ReLU6()\n\n"
+        "    def forward(self, x, h0, h1, c1):\n"
+        "        out, h = self.gru(x, h0)\n        out2, state = self.lstm(out, (h1, c1))\n"
+        "        y = torch.cat([out2[:, -1, :], state[1][0], h[1, :, 1:3]], dim=1)\n"
+        "        half = y.size(1) // 2\n"
+        "        z = self.act(y * 10).view(2, 2, half)[:, None]\n"
+        "        return F.max_pool2d(z, 2, ceil_mode=True)\n\n\n"
+        "def get_inputs():\n    return [torch.rand(2, 3, 6), torch.rand(2, 2, 5), torch.rand(1, 2, 4), torch.rand(1, 2, 4)]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    w = workload(3, root=str(tmp_path))
+    [task] = w.tasks()
+    seed, reason = w.translated_seed(task)
+    assert seed is not None, reason
+    assert "at::gru(" in seed and "at::lstm(" in seed and "at::cat(" in seed and ".select(1, -1)" in seed, seed
+    extension = load_inline("recurrent_seed", cpp_sources=[seed], functions=["forward"], build_directory=str(tmp_path))
+    module = load_task_module(folder / "1_Recurrent.py")
+    model = build_model(module, "cpu")
+    inputs = module.get_inputs()
+    state = [t.detach() for _, _, t in state_of(model)]
+    with torch.no_grad():
+        torch.testing.assert_close(extension.forward(*inputs, *state), model(*inputs))

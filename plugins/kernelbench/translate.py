@@ -113,8 +113,8 @@ def _function_names() -> dict[Any, str]:
     import torch
     import torch.nn.functional as F
 
-    names = {getattr(operator, n): n for n in ("add", "sub", "mul", "truediv", "matmul", "pow", "neg", "getitem",
-                                                "gt", "lt", "ge", "le", "eq")}
+    names = {getattr(operator, n): n for n in ("add", "sub", "mul", "truediv", "floordiv", "matmul", "pow", "neg",
+                                                "getitem", "gt", "lt", "ge", "le", "eq")}
     for n in list(UNARY) + list(BINARY) + ["softmax", "log_softmax", "sum", "mean", "amax", "amin", "max", "min",
                                            "argmax", "argmin", "prod", "cumsum", "cumprod", "clamp", "logsumexp",
                                            "tril", "triu", "where", "norm", "var", "std", "einsum", "flip",
@@ -125,7 +125,8 @@ def _function_names() -> dict[Any, str]:
                                            "clamp_max", "linear", "conv2d", "scaled_dot_product_attention", "flip",
                                            "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
                                            "tensor", "multiply", "subtract", "divide", "smooth_l1_loss", "kl_div",
-                                           "cross_entropy", "selu", "mish", "hardswish", "hardsigmoid", "silu"]:
+                                           "cross_entropy", "selu", "mish", "hardswish", "hardsigmoid", "silu",
+                                           "max_pool1d", "max_pool2d", "max_pool3d"]:
         for namespace in (torch, F, torch.special):
             if (fn := getattr(namespace, n, None)) is not None and callable(fn):
                 names.setdefault(fn, n)
@@ -348,6 +349,7 @@ class _Emitter:
             "ELU": ("elu", lambda m: {"alpha": m.alpha}),
             "Softplus": ("softplus", lambda m: {"beta": m.beta, "threshold": m.threshold}),
             "Hardtanh": ("clamp", lambda m: {"min": m.min_val, "max": m.max_val}),
+            "ReLU6": ("clamp", lambda m: {"min": m.min_val, "max": m.max_val}),
         }
         if kind in parametric:
             name, params = parametric[kind]
@@ -505,11 +507,16 @@ class _Emitter:
             return f"at::scaled_dot_product_attention({x}, {a(args[1])}, {a(args[2])})", "new"
         if name == "getitem":
             source_kind = self.kind.get(args[0])
+            if source_kind == "lstm" and args[1] in (0, 1):  # at::lstm is flat (out, h, c); nn.LSTM is (out, (h, c))
+                return ("std::get<0>(%s)" % x, "new") if args[1] == 0 else \
+                    (f"std::make_tuple(std::get<1>({x}), std::get<2>({x}))", "tuple")
             if source_kind == "tuple" and isinstance(args[1], int):
                 return f"std::get<{args[1]}>({x})", "new"
             if source_kind == "sizes" and isinstance(args[1], int):
                 return f"{x}[{args[1] if args[1] >= 0 else f'{x}.size() - {-args[1]}'}]", "int"
-            raise NoTranslation("tensor indexing (getitem)")
+            if source_kind in TENSOR_KINDS:
+                return self.indexed(x, args[1]), "view"
+            raise NoTranslation("getitem")
         if name == "linear":
             b = _bind(args, kwargs, ["input", "weight", "bias"], {"bias": None})
             return f"at::linear({x}, {a(b['weight'])}, {self.optional_tensor(b['bias'])})", "new"
@@ -517,9 +524,46 @@ class _Emitter:
             return f'at::einsum("{args[0]}", {{{", ".join(a(t) for t in args[1:])}}})', "new"
         if name == "where" and len(args) == 3:
             return f"at::where({a(args[0])}, {a(args[1])}, {a(args[2])})", "new"
+        if name in ("cat", "stack"):
+            b = _bind(args, kwargs, ["tensors", "dim"], {"dim": 0})
+            if not isinstance(b["tensors"], (tuple, list)):
+                raise NoTranslation(f"{name} of a computed sequence")
+            return f"at::{name}({{{', '.join(a(t) for t in b['tensors'])}}}, {lit(b['dim'])})", "new"
+        if name == "floordiv" and len(args) == 2 and all(isinstance(v, int) or self.kind.get(v) == "int" for v in args):
+            return f"({a(args[0])} / {a(args[1])})", "int"  # sizes: non-negative, so C++ division is floor division
+        if name.startswith("max_pool"):
+            n = int(name[-2])
+            b = _bind(args, kwargs, ["input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"],
+                      {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False, "return_indices": False})
+            if b["return_indices"]:
+                raise NoTranslation(f"{name}(return_indices=True)")
+            stride = b["stride"] if b["stride"] not in (None, [], ()) else b["kernel_size"]
+            return (f"at::{name}({x}, {_pair(b['kernel_size'], n)}, {_pair(stride, n)}, {_pair(b['padding'], n)}, "
+                    f"{_pair(b['dilation'], n)}, {lit(b['ceil_mode'])})"), "new"
         if name == "mse_loss" and not kwargs:
             return f"at::mse_loss({x}, {a(args[1])})", "new"
         raise NoTranslation(f"{name}({', '.join(type(v).__name__ for v in args[1:])})" if args else name)
+
+    def indexed(self, x: str, index: Any) -> str:
+        """`x[index]` for basic indexing (ints, slices, None) as select / slice / unsqueeze views."""
+        expr, dim = x, 0
+        for item in index if isinstance(index, tuple) else (index,):
+            if isinstance(item, slice):
+                step = 1 if item.step is None else item.step
+                if not isinstance(step, int) or step < 1:
+                    raise NoTranslation(f"a slice with step {step!r}")
+                if (item.start, item.stop, step) != (None, None, 1):
+                    start, stop = ("std::nullopt" if v is None else self.arg(v) for v in (item.start, item.stop))
+                    expr = f"{expr}.slice({dim}, {start}, {stop}, {step})"
+                dim += 1
+            elif item is None:
+                expr = f"{expr}.unsqueeze({dim})"
+                dim += 1
+            elif isinstance(item, int) and not isinstance(item, bool) or self.kind.get(item) == "int":
+                expr = f"{expr}.select({dim}, {self.arg(item)})"
+            else:
+                raise NoTranslation(f"tensor indexing with {type(item).__name__}")
+        return expr
 
     def int_list(self, values) -> str:
         return "{" + ", ".join(self.arg(v) for v in values) + "}"
@@ -602,7 +646,7 @@ class _Emitter:
             return f'at::gelu({x}, "{mod.approximate}")', "new"
         if kind == "ELU":
             return f"at::elu({x}, {lit(float(mod.alpha))})", "new"
-        if kind == "Hardtanh":
+        if kind in ("Hardtanh", "ReLU6"):
             return f"at::clamp({x}, {lit(float(mod.min_val))}, {lit(float(mod.max_val))})", "new"
         if kind == "Softplus":
             return f"at::softplus({x}, {lit(float(mod.beta))}, {lit(float(mod.threshold))})", "new"
@@ -616,6 +660,17 @@ class _Emitter:
             reduction = {"none": "None", "mean": "Mean", "sum": "Sum"}[mod.reduction]
             return (f"at::triplet_margin_loss({x}, {self.arg(args[1])}, {self.arg(args[2])}, {lit(float(mod.margin))}, "
                     f"{lit(float(mod.p))}, {lit(float(mod.eps))}, {lit(mod.swap)}, at::Reduction::{reduction})"), "new"
+        if kind in ("LSTM", "GRU"):
+            if len(args) < 2 or args[1] is None or getattr(mod, "proj_size", 0):
+                raise NoTranslation(f"nn.{kind} without an initial state, or with proj_size")
+            weights = ", ".join(self.state[f"{path}.{n}" if path else n] for n in mod._flat_weights_names)
+            flags = (f"{lit(mod.bias)}, {mod.num_layers}, {lit(float(mod.dropout))}, {lit(mod.training)}, "
+                     f"{lit(mod.bidirectional)}, {lit(mod.batch_first)}")
+            if kind == "GRU":
+                return f"at::gru({x}, {self.arg(args[1])}, {{{weights}}}, {flags})", "tuple"
+            if not isinstance(args[1], (tuple, list)) or len(args[1]) != 2:
+                raise NoTranslation("nn.LSTM's state is not an (h0, c0) pair")
+            return f"at::lstm({x}, {{{self.arg(args[1][0])}, {self.arg(args[1][1])}}}, {{{weights}}}, {flags})", "lstm"
         if kind == "Flatten":
             return f"{x}.flatten({mod.start_dim}, {mod.end_dim})", "view"
         if isinstance(mod, nn.Module):
