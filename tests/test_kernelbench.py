@@ -32,20 +32,24 @@ def by_name(w):
     return {t.name: t for t in w.tasks()}
 
 
-def one_task_checkout(root, level, name, *, init, forward, inputs):
-    """A KernelBench-shaped checkout under `root` holding one task: Model.__init__ runs `init`, forward(x)
-    runs `forward`, get_inputs() returns [`inputs`]; the workload over it."""
+def task_checkout(root, level, name, text):
+    """A KernelBench-shaped checkout under `root` holding one task file with `text`; the workload over it."""
     folder = root / "KernelBench" / f"level{level}"
     folder.mkdir(parents=True)
-    (folder / f"{name}.py").write_text(
+    (folder / f"{name}.py").write_text(text)
+    return workload(level, root=str(root))
+
+
+def one_task_checkout(root, level, name, *, init, forward, inputs):
+    """One task whose Model.__init__ runs `init`, forward(x) runs `forward` and get_inputs() returns [`inputs`]."""
+    return task_checkout(root, level, name, (
         "import torch\nimport torch.nn as nn\n\n\n"
         "class Model(nn.Module):\n"
         f"    def __init__(self):\n        super().__init__()\n        {init}\n\n"
         f"    def forward(self, x):\n        {forward}\n\n\n"
         f"def get_inputs():\n    return [{inputs}]\n\n\n"
         "def get_init_inputs():\n    return []\n"
-    )
-    return workload(level, root=str(root))
+    ))
 
 
 def test_the_plugin_registers_the_workload():
@@ -284,17 +288,14 @@ def test_a_number_the_forward_makes_a_tensor_of_is_a_constant_and_the_fused_kern
 
 
 def test_triplet_margin_loss_translates_with_the_modules_settings(tmp_path):
-    folder = tmp_path / "KernelBench" / "level1"
-    folder.mkdir(parents=True)
-    (folder / "1_Triplet.py").write_text(
+    w = task_checkout(tmp_path, 1, "1_Triplet", (
         "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
         "    def __init__(self, margin):\n        super().__init__()\n"
         "        self.loss_fn = nn.TripletMarginLoss(margin=margin, p=1.0, swap=True)\n\n"
         "    def forward(self, a, p, n):\n        return self.loss_fn(a, p, n)\n\n\n"
         "def get_inputs():\n    return [torch.rand(4, 8), torch.rand(4, 8), torch.rand(4, 8)]\n\n\n"
         "def get_init_inputs():\n    return [0.5]\n"
-    )
-    w = workload(1, root=str(tmp_path))
+    ))
     [task] = w.tasks()
     source, reason = w.translated_seed(task)
     assert "at::triplet_margin_loss(a, p, n, 0.5, 1.0, 1e-06, true, at::Reduction::Mean)" in source, reason
@@ -417,9 +418,7 @@ def test_recurrent_layers_concatenation_and_indexing_translate_and_compute_the_r
 
     from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
 
-    folder = tmp_path / "KernelBench" / "level3"
-    folder.mkdir(parents=True)
-    (folder / "1_Recurrent.py").write_text(
+    w = task_checkout(tmp_path, 3, "1_Recurrent", (
         "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass Model(nn.Module):\n"
         "    def __init__(self):\n        super().__init__()\n"
         "        self.gru = nn.GRU(6, 5, 2, batch_first=True)\n        self.lstm = nn.LSTM(5, 4, 1, batch_first=True)\n"
@@ -432,14 +431,13 @@ def test_recurrent_layers_concatenation_and_indexing_translate_and_compute_the_r
         "        return F.max_pool2d(z, 2, ceil_mode=True)\n\n\n"
         "def get_inputs():\n    return [torch.rand(2, 3, 6), torch.rand(2, 2, 5), torch.rand(1, 2, 4), torch.rand(1, 2, 4)]\n\n\n"
         "def get_init_inputs():\n    return []\n"
-    )
-    w = workload(3, root=str(tmp_path))
+    ))
     [task] = w.tasks()
     seed, reason = w.translated_seed(task)
     assert seed is not None, reason
     assert "at::gru(" in seed and "at::lstm(" in seed and "at::cat(" in seed and ".select(1, -1)" in seed, seed
     extension = load_inline("recurrent_seed", cpp_sources=[seed], functions=["forward"], build_directory=str(tmp_path))
-    module = load_task_module(folder / "1_Recurrent.py")
+    module = load_task_module(tmp_path / "KernelBench" / "level3" / "1_Recurrent.py")
     model = build_model(module, "cpu")
     inputs = module.get_inputs()
     state = [t.detach() for _, _, t in state_of(model)]
