@@ -175,6 +175,11 @@ class Measured:
     resources: dict[str, dict[str, int]] = attrs.field(factory=dict)
     """Per kernel, as the compiler reported it (`ptxas -v`): registers, shared_bytes, stack_bytes,
     spill_store_bytes, spill_load_bytes."""
+    compiled_reference_latency_ms: float | None = None
+    """The reference under `torch.compile`, timed the same way in the same worker: measured on the final
+    re-measurement where the workload offers it (None otherwise)."""
+    compiled_reference_note: str = ""
+    """Why there is no `torch.compile` figure where one was asked for (its compilation failed, ...)."""
 
     @property
     def speedup_vs_reference(self) -> float:

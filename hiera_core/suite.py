@@ -37,6 +37,8 @@ class TaskResult:
     """Per budget B: the best speedup over the reference within the first B candidates (None: none valid)."""
     best_ms: float | None
     reference_ms: float | None
+    compiled_ms: float | None = None
+    """The reference under `torch.compile`, from the final re-measurement (None where not measured)."""
 
 
 NOISE = 1.05
@@ -66,6 +68,8 @@ def task_result(store: RunStore, budgets: tuple[int, ...] = BUDGETS) -> TaskResu
     rows = fast_p(evaluated, budgets)
     measured = [e.evaluation for e in evaluated if isinstance(e.evaluation, Measured)]
     best = min(measured, key=lambda m: m.latency_ms, default=None)
+    finished = next((e for e in store.events if isinstance(e, records.RunFinished)), None)
+    remeasured = finished.remeasured if finished is not None else None
     return TaskResult(
         group=group,
         policy=str(manifest.config.get("run", {}).get("space", "adaptive")),
@@ -76,6 +80,7 @@ def task_result(store: RunStore, budgets: tuple[int, ...] = BUDGETS) -> TaskResu
         best_speedup={row.budget: row.best_speedup for row in rows},
         best_ms=best.latency_ms if best else None,
         reference_ms=best.reference_latency_ms if best else None,
+        compiled_ms=remeasured.compiled_reference_latency_ms if isinstance(remeasured, Measured) else None,
     )
 
 
@@ -107,7 +112,7 @@ def _setting(stores: list[RunStore]) -> list[str]:
     for config, arch in zip(configs, archs, strict=True):
         stage = config.get("evaluator", {}).get(f"{arch}-run", {})
         if stage:
-            timing.append(", ".join(f"{k}={v}" for k, v in sorted(stage.items()) if k not in ("device", "timeout_s")))
+            timing.append(", ".join(f"{k}={v}" for k, v in sorted(stage.items()) if k != "device" and not k.endswith("timeout_s")))
     budgets = [f"{r.get('rounds')} rounds x {r.get('population')}" for r in runs]
     models = [c.get("backend", {}).get(r.get("backend", ""), {}).get("model") for c, r in zip(configs, runs, strict=True)]
     tolerance = [
@@ -167,15 +172,18 @@ def _per_task(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
     lines = [
         "## Tasks",
         "",
-        f"| group | task | space policy | evaluated | best (ms) | reference (ms) | speedup at B={top} | run |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| group | task | space policy | evaluated | best (ms) | reference (ms) | speedup at B={top} | torch.compile (ms) |"
+        " vs torch.compile | run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(results, key=lambda r: (r.group, r.task, r.policy)):
         best = "-" if r.best_ms is None else f"{r.best_ms:.4g}"
         reference = "-" if r.reference_ms is None else f"{r.reference_ms:.4g}"
+        compiled = "-" if r.compiled_ms is None else f"{r.compiled_ms:.4g}"
+        versus = _x(r.compiled_ms / r.best_ms) if r.compiled_ms is not None and r.best_ms else "-"
         lines.append(
             f"| {r.group} | {r.task} | {r.policy} | {r.evaluated} | {best} | {reference} | {_x(r.best_speedup[top])} |"
-            f" {r.run_dir.parent.name}/{r.run_dir.name} |"
+            f" {compiled} | {versus} | {r.run_dir.parent.name}/{r.run_dir.name} |"
         )
     return lines
 

@@ -34,6 +34,9 @@ def test_the_seed_and_the_fused_candidate_are_correct_and_timed(tmp_path):
     assert set(kinds.values()) == {"Measured"}, kinds
     for e in evaluated:
         assert e.evaluation.latency_ms > 0 and e.evaluation.reference_latency_ms > 0  # eager FP32, same worker
+    [finished] = [e for e in store.events if isinstance(e, records.RunFinished)]
+    remeasured = finished.remeasured  # the re-measurement also times the reference under torch.compile
+    assert remeasured.compiled_reference_latency_ms > 0, remeasured.compiled_reference_note
     assert (tmp_path / "run" / "report.md").is_file()
 
 

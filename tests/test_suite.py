@@ -60,3 +60,17 @@ def test_fast_1_by_a_margin_that_noise_can_give_is_counted_beside_it():
 
     table = _table2([result("a", 1.004), result("b", 1.3), result("c", 0.98)], (18,))
     assert "| kernelbench level 1 | adaptive | 3 | 100 / 67 / 0 | 1.09× | 1.00× | 1 |" in table, table
+
+
+def test_the_torch_compile_baseline_of_the_re_measurement_is_a_column_of_its_own():
+    from hiera_core.suite import TaskResult, _per_task
+
+    def result(task, compiled_ms):
+        return TaskResult(group="kernelbench level 2", policy="adaptive", task=task, run_dir=Path("l2") / task, evaluated=2,
+                          fast={18: (True, True, False)}, best_speedup={18: 1.1}, best_ms=2.0, reference_ms=2.2,
+                          compiled_ms=compiled_ms)
+
+    rows = _per_task([result("1_Conv", 1.5), result("2_Gemm", None)], (18,))
+    assert "| torch.compile (ms) | vs torch.compile |" in rows[2]
+    assert "| 1_Conv | adaptive | 2 | 2 | 2.2 | 1.10× | 1.5 | 0.75× | l2/1_Conv |" in rows[4]
+    assert "| 2_Gemm | adaptive | 2 | 2 | 2.2 | 1.10× | - | - | l2/2_Gemm |" in rows[5]

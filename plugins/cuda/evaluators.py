@@ -103,6 +103,11 @@ class CudaRunConfig:
     `min_reference_repeats` calls): a slow reference should not dominate evaluation."""
     max_speedup: float = 100.0
     """Speedups over the reference beyond this are flagged, not celebrated."""
+    compile_baseline: bool = True
+    """On the final re-measurement, also time the reference under `torch.compile` where the workload's harness
+    offers it (KernelBench's second baseline); its compilation runs once per task, in the worker."""
+    compile_baseline_timeout_s: float = 600.0
+    """Added to that worker's `timeout_s` for the compilation (minutes for a level 3 model)."""
 
 
 class CudaRun:
@@ -116,13 +121,15 @@ class CudaRun:
         self.config = config
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+        compile_baseline = self.config.compile_baseline and job.remeasure
         request = {
             **job.worker_request(), "device": self.config.device,
-            "remeasure": job.remeasure,
+            "remeasure": job.remeasure, "compile_baseline": compile_baseline,
             "timing": {k: getattr(self.config, k) for k in (
                 "repeats", "adaptive", "target_rse", "max_repeats", "input_sets", "min_reference_repeats", "reference_budget_s")},
         }
-        answer = run_worker("hiera_plugins.cuda.worker", request, workdir=job.workdir, timeout_s=self.config.timeout_s,
+        timeout_s = self.config.timeout_s + (self.config.compile_baseline_timeout_s if compile_baseline else 0.0)
+        answer = run_worker("hiera_plugins.cuda.worker", request, workdir=job.workdir, timeout_s=timeout_s,
                             device_lock=gpu_lock(self.config.device))
         if not isinstance(answer, dict):
             return answer
@@ -150,6 +157,8 @@ class CudaRun:
             profile=fallback_profile("not profiled yet", job, latency),
             flags=flags,
             resources=json.loads(job.artifacts.get("resources", "{}")),
+            compiled_reference_latency_ms=answer.get("compiled_reference_latency_ms"),
+            compiled_reference_note=answer.get("compiled_reference_note", ""),
         )
 
 

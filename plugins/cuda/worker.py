@@ -21,6 +21,8 @@ The workload's harness (`Workload.harness(task, "cuda")`) supplies the semantics
         with the first seed and distribution only], seeds(remeasure) -> (int, ...)
     make_inputs(case, seed, distribution) -> [Tensor, ...] on the GPU (positional arguments)
     optional: timing_sets(requested) -> how many timing input sets to hold (fewer when they would not fit)
+    optional: compiled_baseline() -> a callable like baseline, the reference under torch.compile (timed on
+        the final re-measurement, when the request asks for it)
     optional: call_seed -> int or None: the RNG seed every call of the candidate and the baseline starts
         from (the references were computed from it: a task that draws random numbers)
     reference(case, inputs) -> Tensor (FP64), baseline(inputs) -> Tensor (the timed PyTorch reference)
@@ -113,10 +115,17 @@ def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
     call_seed = getattr(harness, "call_seed", None)
     baseline = seeded(harness.baseline, call_seed)
     _timed(flush, lambda: baseline(timing_sets[0][0]))  # the harness's own threads exist before the candidate's
+    phases.mark("references")
+    compiled, compiled_note = None, ""
+    if request.get("compile_baseline") and hasattr(harness, "compiled_baseline"):
+        try:  # compiled on its first call, before the candidate is loaded
+            compiled = seeded(harness.compiled_baseline(), call_seed)
+            _timed(flush, lambda: compiled(timing_sets[0][0]))
+        except Exception as exc:  # noqa: BLE001 -- a baseline that does not compile is reported, not fatal
+            compiled, compiled_note = None, f"torch.compile failed: {type(exc).__name__}: {str(exc).strip()[:300]}"
+    phases.mark("compiled_baseline")
     timers = _timer_identity()
     threads_before = threading.active_count(), _os_threads()
-
-    phases.mark("references")
     fn = seeded(getattr(load_candidate(request["library"]), harness.entry), call_seed)  # it enters the process only now
     phases.mark("load")
     rtol, atol = harness.tolerance
@@ -130,10 +139,12 @@ def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
     for inputs, _ in timing_sets:  # warm-up
         fn(*inputs)
         baseline(inputs)
+        if compiled is not None:
+            compiled(inputs)
     torch.cuda.synchronize()
-    times, reference_times, outputs = [], [], {}
+    times, reference_times, compiled_times, outputs = [], [], [], {}
     reference_budget_s = timing["reference_budget_s"]
-    spent = 0.0
+    spent = compiled_spent = 0.0
     trial = 0
     while not timing_done(times, timing):
         k = trial % len(timing_sets)
@@ -146,6 +157,11 @@ def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
             elapsed, _ = _timed(flush, lambda: baseline(inputs))
             reference_times.append(elapsed)
             spent += elapsed
+        if compiled is not None and (len(compiled_times) < timing["min_reference_repeats"]
+                                     or compiled_spent < reference_budget_s * 1e3):
+            elapsed, _ = _timed(flush, lambda: compiled(inputs))
+            compiled_times.append(elapsed)
+            compiled_spent += elapsed
     for k, (inputs, reference) in enumerate(timing_sets):
         _compare(outputs[k], reference, harness.dtype, rtol, atol, f"timed call on input set {k}")
     target = timing_sets[0][0]
@@ -171,6 +187,8 @@ def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
         "repeats": len(times),
         "reference_latency_ms": statistics.median(reference_times),
         "reference_repeats": len(reference_times),
+        "compiled_reference_latency_ms": statistics.median(compiled_times) if compiled_times else None,
+        "compiled_reference_note": compiled_note,
         "max_abs_error": max_error,
         "checks": checks,
         "threads": [threads_before, threads_after],

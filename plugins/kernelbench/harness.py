@@ -112,3 +112,13 @@ class KernelBenchHarness:
     def baseline(self, inputs: list):
         with self._torch.no_grad():
             return self.model(*self._forward_args(inputs, double=False))
+
+    def compiled_baseline(self):
+        """KernelBench's second baseline: the same FP32 `Model` under `torch.compile` (default mode)."""
+        compiled = self._torch.compile(self.model)
+
+        def call(inputs: list):
+            with self._torch.no_grad():
+                return compiled(*self._forward_args(inputs, double=False))
+
+        return call
