@@ -26,6 +26,11 @@ the values written into the timed inputs in place."""
 LARGE_SHARE = 0.5
 """The share of the GPU's memory the input sets may take; the rest is for outputs, copies and the candidate."""
 
+PYTORCH_ERROR_FACTOR = 2.0
+"""A candidate may always be twice as far from the FP64 reference as eager PyTorch's FP32 is on the same inputs:
+on ill-conditioned tasks PyTorch itself misses the tolerance (level 3 task 45, UNet with training-mode batch
+norm and softmax: eager FP32 is 8.9e-4 from FP64 against 1e-4; eval.md's defence against loose tolerances)."""
+
 CALL_SEED = 42
 """The RNG seed every call of a task that draws random numbers starts from."""
 
@@ -37,6 +42,7 @@ log, sqrt and probability inputs stay in their domain)."""
 class KernelBenchHarness:
     entry = "forward"
     distributions = DISTRIBUTIONS
+    pytorch_error_factor = PYTORCH_ERROR_FACTOR
 
     def __init__(self, path: Path, tolerance: tuple[float, float]) -> None:
         import torch

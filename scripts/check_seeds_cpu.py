@@ -1,0 +1,86 @@
+"""Numerical check of KernelBench seeds without a GPU: each selected task's seed (the ATen translation) is built
+for the CPU with its frozen binding (g++, torch's cpp_extension) and called as the harness calls it, on the
+task's own inputs, against the reference `Model` in FP64 on the CPU, at KernelBench's FP32 tolerance. Prints one
+line per task and a summary; exit code 1 if any seed is wrong or fails to build.
+
+    python scripts/check_seeds_cpu.py --root ~/KernelBench --level 3 --tasks 4,6,7
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.cpp_extension import load_inline
+
+from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
+from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
+
+RTOL = ATOL = 1e-4
+CPU_LIMIT = 1 << 27
+"""Elements (the largest input or the output) above which a task is skipped: its FP64 reference would not fit a
+small machine's memory (level 3 task 17's output is 1 G elements; the check was killed for memory)."""
+
+
+def check(w: KernelBench, task, build_dir: Path) -> str:
+    source, reason = w.translated_seed(task)
+    if source is None:
+        return f"no seed ({reason})"
+    module = load_task_module(Path(task.params["path"]))
+    analysis = w.analysis(task)
+    if analysis.random:
+        return "skipped: its forward draws random numbers"
+    largest = max([math.prod(analysis.output_shape)] + [math.prod(a.shape) for a in analysis.tensor_arguments])
+    if largest > CPU_LIMIT:
+        return f"skipped: too large for a CPU check ({largest} elements in one tensor)"
+    binding = w.contract(task, "cuda").files["cpp_source.cpp"]
+    started = time.perf_counter()
+    extension = load_inline(f"seed_{task.params['level']}_{task.params['id']}", cpp_sources=[source + binding],
+                            build_directory=str(build_dir), extra_cflags=["-O1"])
+    built = time.perf_counter() - started
+    model = build_model(module, "cpu")
+    torch.manual_seed(1)
+    values = list(module.get_inputs())
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    state = [t.detach() for _, _, t in state_of(model)]
+    with torch.no_grad():
+        got = extension.forward(*tensors, *state)
+        reference = model.double()(*[v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                                     for v in values]).double()
+    scale = max(1.0, float(reference.pow(2).mean().sqrt()))
+    error = (got.double() - reference).abs()
+    bad = error > reference.abs() * RTOL + ATOL * scale
+    verdict = "WRONG" if bool(bad.any()) or tuple(got.shape) != tuple(reference.shape) else "correct"
+    return f"{verdict}: max abs error {float(error.max()):.3g}, built in {built:.0f} s"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--level", type=int, required=True)
+    parser.add_argument("--tasks", default="")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    w = KernelBench(KernelBenchConfig(root=args.root, level=args.level, tasks=args.tasks))
+    failed = 0
+    with tempfile.TemporaryDirectory() as scratch:
+        for task in w.tasks():
+            build_dir = Path(scratch) / task.name
+            build_dir.mkdir()
+            try:
+                line = check(w, task, build_dir)
+            except Exception as exc:  # noqa: BLE001 -- one line per task, the batch goes on
+                line = f"FAILED: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+            failed += line.startswith(("WRONG", "FAILED"))
+            print(f"{task.name}: {line}", flush=True)
+    print(f"{len(w.tasks())} tasks, {failed} wrong or failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
