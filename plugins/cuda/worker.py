@@ -46,6 +46,7 @@ from typing import Any
 STARTED = time.perf_counter()
 
 import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from hiera_core.config import structure
 from hiera_core.isolation import wait_for_go
@@ -366,23 +367,28 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+class OpNames(TorchDispatchMode):
+    """A dispatch mode that collects the names of the ATen operators run inside it (`.names`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
 def _runtime_calls(fn, inputs) -> tuple[list[str], list[str]]:
     """The GPU kernels and ATen operators one call really ran (the runtime space check reads them)."""
     from torch.profiler import ProfilerActivity, profile
-    from torch.utils._python_dispatch import TorchDispatchMode
 
-    ops: set[str] = set()
-
-    class OpLog(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            ops.add(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof, OpLog():
+    ops = OpNames()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof, ops:
         fn(*inputs)
         torch.cuda.synchronize()
     kernels = sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
-    return kernels, sorted(ops)
+    return kernels, sorted(ops.names)
 
 
 def profile_one_call(harness: Any, request: dict[str, Any]) -> None:

@@ -131,8 +131,10 @@ def analyse(module: ModuleType) -> TaskAnalysis:
             inputs = list(module.get_inputs())
     except Exception as exc:  # noqa: BLE001
         raise TaskUnusable(f"building the model or its inputs failed: {one_line(exc)}") from None
+    from hiera_plugins.cuda.worker import OpNames
+
     traced_on = "meta"
-    ops = _OpNames()
+    ops = OpNames()
     try:
         with torch.no_grad(), ops:
             out = model(*inputs)
@@ -155,22 +157,6 @@ def analyse(module: ModuleType) -> TaskAnalysis:
     return TaskAnalysis(arguments=_arguments(module.Model.forward, inputs, model), output_shape=tuple(out.shape),
                         output_dtype=str(out.dtype).removeprefix("torch."), traced_on=traced_on, training=model.training,
                         random=bool(ops.names & RANDOM_OPS))
-
-
-def _OpNames():
-    """A dispatch mode that collects the names of the ATen operators run inside it (`.names`)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class OpNames(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.names: set[str] = set()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.add(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
-
-    return OpNames()
 
 
 def _arguments(forward, inputs: list[Any], model) -> tuple[Argument, ...]:
