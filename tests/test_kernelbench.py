@@ -240,6 +240,18 @@ def test_a_convolution_seed_names_its_padding_type(tmp_path):
     assert "v = (v * 2.0f);" in template.render({"fuse_pointwise": True})
 
 
+def test_a_chain_runs_through_the_second_operand_of_a_binary_operator(tmp_path):
+    """Swish, x * sigmoid(x): the chain is sigmoid then the product with x, one kernel reading x once (level 1
+    task 25 of KernelBench got no fused candidate while the chain had to run through the first operand)."""
+    w = one_task_checkout(tmp_path, 1, "1_Swish", init="pass", forward="return x * torch.sigmoid(x)",
+                          inputs="torch.rand(4, 8)")
+    [task] = w.tasks()
+    [template] = w.templates(task, "cuda")
+    fused = template.render({"fuse_pointwise": True})
+    assert "pointwise_kernel_1" not in fused and "at::sigmoid" not in fused
+    assert "v = (a0.data[base0 + j * a0.inner] * v);" in fused and "pointwise_0(x, {x})" in fused
+
+
 def test_a_model_whose_constructor_reads_values_is_still_analysed(tmp_path):
     """Swin's constructor calls .item(), which meta tensors refuse: the model is built on the CPU and traced on
     the meta device (level 3 tasks 29 and 30 of KernelBench, 2026-11-29)."""

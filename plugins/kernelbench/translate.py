@@ -193,6 +193,7 @@ class _Emitter:
         self.names: dict[Any, str] = {}
         self.kind: dict[Any, str] = {}
         self.missing: list[str] = []
+        self._extends: dict[Any, bool] = {}
 
     def emit(self, graph, chains: list[list[Any]] | None = None) -> str:
         """The source; each chain of `chains` (from `pointwise_chains`) becomes one call of its fused kernel."""
@@ -323,6 +324,8 @@ class _Emitter:
             if not hasattr(a, "op") and not hasattr(b, "op"):
                 return None
             main, other, main_first = (a, b, True) if hasattr(a, "op") else (b, a, False)
+            if main_first and hasattr(b, "op") and not self._extends_chain(a) and self._extends_chain(b):
+                main, other, main_first = b, a, False  # x * sigmoid(x): the chain runs through sigmoid
             if other is main:
                 operand, tensors = "{v}", ()
             elif isinstance(self.constants.get(other), float):  # a number the forward made a 0-dim tensor of
@@ -336,6 +339,13 @@ class _Emitter:
             first, second = ("{v}", operand) if main_first else (operand, "{v}")
             return main, fusion.Step(fusion.BINARY_C[name].format(a=first, b=second), tensors)
         return None
+
+    def _extends_chain(self, node) -> bool:
+        """Whether `node` is a pointwise operator whose only user is the next step (so a chain can run on)."""
+        if node not in self._extends:
+            self._extends[node] = (node.op in ("call_function", "call_method", "call_module")
+                                   and len(node.users) == 1 and self.pointwise_step(node) is not None)
+        return self._extends[node]
 
     def _pointwise_module(self, mod, args) -> tuple[Any, fusion.Step] | None:
         if len(args) != 1 or not hasattr(args[0], "op"):
