@@ -1,14 +1,16 @@
 """Explore register-streaming stencil kernels on a GPU with CuPy (NVRTC builds each variant in about a second).
 
-Three families. `ldg`: each thread streams down its W columns, loading every input row from global memory
+Four families. `ldg`: each thread streams down its W columns, loading every input row from global memory
 through L1. `ring`: the same with rows copied ahead into an S-stage shared-memory ring by cp.async (the
 kernel behind the stencil2d template's tiling=ring), RB input rows per barrier, weights from constant memory
 or as shared-memory broadcasts (WSMEM). `fused2` (with --fused or --only-fused): two steps in one pass
 (temporal blocking; the intermediate grid is zero outside the n x n grid, as between two launches).
+`gather` (with --gather, beside the template's ring): each lane owns W adjacent outputs and gathers them from
+the input rows it needs in a warp-private ring (FastStencil's layout; sweep 6, slower than the ring).
 Each variant is checked against a CuPy shifted-add FP64 reference (applied twice for fused2) at n and at
 n = 1002, then timed (median of CUDA-event times over back-to-back launches). Prints the measured copy
 floor and one line per variant, fastest per step first; writes every row to --json.
-Usage: python scripts/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused]
+Usage: python scripts/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused | --gather]
 """
 
 from __future__ import annotations
@@ -451,6 +453,141 @@ extern "C" __global__ void __launch_bounds__(BX, MINB) stencil(const double* __r
 """
 
 
+GATHER_SOURCE = r"""
+#define R {R}
+#define K (2 * R + 1)
+#define W {W}
+#define NW {NW}
+#define H {H}
+#define Y {Y}
+#define S {S}
+#define P {P}
+#define PADD {PADD}
+#define SH {SH}
+#define MINB {MINB}
+#define HX (R + (R & 1))
+#define L (32 * W + 2 * HX)
+#define LP (L / 2)
+#define POS(j) ((j) + ((j) / W) * PADD)
+#define ROWLEN (((POS(L - 1) + 1) + 1) / 2 * 2)
+#define NV (W + 2 * HX)
+
+// A warp owns the 32 * W columns [x0, x0 + 32 * W) of a strip of H output rows and streams down it with a
+// private S-row shared-memory ring: lane l holds W adjacent outputs (gather: per output row it reads the
+// 2R + 1 input rows it needs from the ring), so no accumulators stay alive across rows.
+// Stored column j of a row is input column x0 - HX + j, at POS(j): PADD doubles after every W columns keep
+// the lanes' 16-byte loads free of bank conflicts.
+__constant__ double c_w[K * K];
+
+__device__ __forceinline__ void cp_async16(double* smem, const double* gmem, int bytes) {{
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}}
+
+// Input rows [first, first + count) of the strip (row m is input row y0 - R + m) into slots m % S; one group.
+__device__ __forceinline__ void issue(const double* __restrict__ in, double* ring, int n, int x0, int y0, int first, int count, int lane) {{
+    for (int m = first; m < first + count; ++m) {{
+        const int i = y0 - R + m;
+        const bool row_ok = i >= 0 && i < n && m < H + 2 * R;
+        double* dst = ring + (m % S) * ROWLEN;
+        const double* row = in + (size_t)(row_ok ? i : 0) * n;
+#pragma unroll
+        for (int k = 0; k < (LP + 31) / 32; ++k) {{
+            const int p = lane + 32 * k;
+            if (LP % 32 == 0 || p < LP) {{
+                const int c = x0 - HX + 2 * p;
+                const bool ok = row_ok && c >= 0 && c < n;
+                cp_async16(dst + POS(2 * p), ok ? row + c : in, ok ? 16 : 0);
+            }}
+        }}
+    }}
+    asm volatile("cp.async.commit_group;\n" ::);
+}}
+
+extern "C" __global__ void __launch_bounds__(32 * NW, MINB) stencil(const double* __restrict__ in, double* __restrict__ out, int n) {{
+    extern __shared__ __align__(16) double smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int x0 = (blockIdx.x * NW + warp) * 32 * W, y0 = blockIdx.y * H;
+    if (x0 >= n) return;
+    double* ring = smem + warp * S * ROWLEN;
+    const int base = lane * (W + PADD);  // POS(lane * W + t) = base + POS(t)
+    // Prologue: rows [0, 2R), then P groups of Y rows. Iteration it issues group it + P, then waits for
+    // group it: rows [it * Y, it * Y + Y + 2R) are in.
+    issue(in, ring, n, x0, y0, 0, 2 * R, lane);
+#pragma unroll
+    for (int g = 0; g < P; ++g) issue(in, ring, n, x0, y0, 2 * R + g * Y, Y, lane);
+    for (int it = 0; it < H / Y; ++it) {{
+        __syncwarp();
+        issue(in, ring, n, x0, y0, 2 * R + (it + P) * Y, Y, lane);
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(P));
+        __syncwarp();
+        double acc[Y][W];
+#pragma unroll
+        for (int y = 0; y < Y; ++y)
+#pragma unroll
+            for (int w = 0; w < W; ++w) acc[y][w] = 0.0;
+#pragma unroll
+        for (int a = 0; a < Y + 2 * R; ++a) {{
+            const double* src = ring + ((it * Y + a) % S) * ROWLEN + base;
+            double v[NV];
+#if SH
+#pragma unroll
+            for (int t = HX; t < HX + W; t += 2) {{
+                const double2 q = *reinterpret_cast<const double2*>(src + POS(t));
+                v[t] = q.x; v[t + 1] = q.y;
+            }}
+#pragma unroll
+            for (int t = HX - R; t < HX; ++t) {{
+                v[t] = __shfl_up_sync(0xffffffffu, v[t + W], 1);
+                if (lane == 0) v[t] = src[POS(t)];
+            }}
+#pragma unroll
+            for (int t = HX + W; t < HX + W + R; ++t) {{
+                v[t] = __shfl_down_sync(0xffffffffu, v[t - W], 1);
+                if (lane == 31) v[t] = src[POS(t)];
+            }}
+#else
+            // Columns [HX - R, HX + W + R): 16-byte loads of the even-aligned pairs, single loads at odd ends.
+            if ((HX - R) & 1) v[HX - R] = src[POS(HX - R)];
+#pragma unroll
+            for (int t = HX - R + ((HX - R) & 1); t + 1 < HX + W + R; t += 2) {{
+                const double2 q = *reinterpret_cast<const double2*>(src + POS(t));
+                v[t] = q.x; v[t + 1] = q.y;
+            }}
+            if ((HX + W + R) & 1) v[HX + W + R - 1] = src[POS(HX + W + R - 1)];
+#endif
+#pragma unroll
+            for (int y = 0; y < Y; ++y) {{
+                const int ar = a - y;
+                if (ar >= 0 && ar < K) {{
+#pragma unroll
+                    for (int b = 0; b < K; ++b)
+#pragma unroll
+                        for (int w = 0; w < W; ++w) acc[y][w] = fma(c_w[ar * K + b], v[w + b - R + HX], acc[y][w]);
+                }}
+            }}
+        }}
+        const int xl = x0 + lane * W;
+#pragma unroll
+        for (int y = 0; y < Y; ++y) {{
+            const int o = y0 + it * Y + y;
+            if (o < n && xl < n) {{
+                double* dst = out + (size_t)o * n + xl;
+                if (xl + W <= n) {{
+#pragma unroll
+                    for (int w = 0; w < W; w += 2) *reinterpret_cast<double2*>(dst + w) = make_double2(acc[y][w], acc[y][w + 1]);
+                }} else {{
+#pragma unroll
+                    for (int w = 0; w < W; ++w) if (xl + w < n) dst[w] = acc[y][w];
+                }}
+            }}
+        }}
+    }}
+    asm volatile("cp.async.wait_group 0;\n" ::);
+}}
+"""
+
+
 def reference(field: cp.ndarray, weights: np.ndarray) -> cp.ndarray:
     n, k = field.shape[0], weights.shape[0]
     r = k // 2
@@ -485,6 +622,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--fused", action="store_true", help="also run the two-steps-in-one-pass family fused2")
     parser.add_argument("--only-fused", action="store_true", help="run only the fused2 family")
+    parser.add_argument("--gather", action="store_true", help="run the gather family and the template's ring")
     parser.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "explore.json"))
     args = parser.parse_args()
     n, r = args.n, args.radius
@@ -513,7 +651,16 @@ def main() -> None:
     fused_variants = [{"kind": "fused2", "W": 2, "BX": bx, "H": h, "S": 4, "TRIM": trim, "MINB": 1}
                       for bx in (64, 128) for h in (60, 120) for trim in (0, 1)]
     fused_variants += [{"kind": "fused2", "W": 4, "BX": 128, "H": 120, "S": 4, "TRIM": 1, "MINB": 1}]
-    if args.only_fused:
+    if args.gather:  # sweep 6: per-lane strips of W columns, gather from a warp-private ring
+        variants = [{"kind": "ring", "W": 2, "BX": 128, "H": 120, "S": 4, "RB": 1, "WSMEM": 0, "WREG": 0, "MINB": 1,
+                     "L2HINT": 1, "STCS": 0}]
+        variants += [{"kind": "gather", "W": w, "NW": nw, "BX": 32 * nw, "H": h, "Y": y, "P": pf, "S": 2 * r + (pf + 1) * y,
+                      "PADD": 2, "SH": sh, "MINB": 1}
+                     for w in (8, 16) for y in (1, 2) for pf in (1, 2) for nw in (1, 2, 4) for h in (64, 128)
+                     for sh in (0, 1) if not sh or (pf == 1 and nw == 2 and h == 128)]
+        variants += [{"kind": "gather", "W": 4, "NW": 4, "BX": 128, "H": 128, "Y": 2, "P": pf, "S": 2 * r + (pf + 1) * 2,
+                      "PADD": 2, "SH": 0, "MINB": 1} for pf in (1, 2)]
+    elif args.only_fused:
         variants = fused_variants
     elif fused:
         variants += fused_variants
@@ -525,7 +672,7 @@ def main() -> None:
         extra = {}
         if p["kind"] == "ring":  # unrolled over UG groups of RB rows: a multiple of the K + RB - 1 accumulator rows
             extra["UG"] = (k + p["RB"] - 1) // math.gcd(k + p["RB"] - 1, p["RB"])
-        source = {"ldg": SOURCE, "ring": RING_SOURCE, "fused2": FUSED_SOURCE}[p["kind"]].format(R=r, **p, **extra)
+        source = {"ldg": SOURCE, "ring": RING_SOURCE, "fused2": FUSED_SOURCE, "gather": GATHER_SOURCE}[p["kind"]].format(R=r, **p, **extra)
         module = cp.RawModule(code=source, options=("-std=c++17",))
         kernel = module.get_function("stencil")
         steps = 2 if p["kind"] == "fused2" else 1
@@ -538,6 +685,11 @@ def main() -> None:
             tile_x = p["BX"] * p["W"] - p["TRIM"] * 2 * hx
             seg1 = (tile_x + 2 * hx + p["W"] - 1) // p["W"] * p["W"]
             shared = 8 * (p["S"] * (seg1 + 2 * hx) + 2 * seg1)
+        elif p["kind"] == "gather":  # NW private rings of S rows of ROWLEN doubles (GATHER_SOURCE's sizes)
+            tile_x = p["NW"] * 32 * p["W"]
+            last = 32 * p["W"] + 2 * hx - 1
+            rowlen = (last + last // p["W"] * p["PADD"] + 2) // 2 * 2
+            shared = 8 * p["NW"] * p["S"] * rowlen
         if shared:
             kernel.max_dynamic_shared_size_bytes = shared
         build_s = time.perf_counter() - t0
@@ -570,9 +722,9 @@ def main() -> None:
         json.dump({"n": n, "radius": r, "copy_ms": copy_ms, "rows": rows, "nvidia_smi": clocks}, f, indent=1)
     print(clocks)
     print(f"copy floor (one step): {floor_ms:.4f} ms; floor% = copy ms / (ms per step)")
-    print(f"{'kind':>6} {'W':>2} {'BX':>4} {'H':>4} {'S':>2} {'RB':>2} {'WS':>2} {'MB':>2} {'L2':>2} {'CS':>2} {'TR':>2} {'regs':>4} {'spill':>5} {'steps':>5} {'ms':>7} {'ms/step':>7} {'floor%':>6} ok")
+    print(f"{'kind':>6} {'W':>2} {'BX':>4} {'H':>4} {'S':>2} {'RB':>2} {'WS':>2} {'MB':>2} {'L2':>2} {'CS':>2} {'TR':>2} {'Y':>2} {'P':>2} {'SH':>2} {'regs':>4} {'spill':>5} {'steps':>5} {'ms':>7} {'ms/step':>7} {'floor%':>6} ok")
     for row in rows[:25]:
-        print(f"{row['kind']:>6} {row['W']:>2} {row['BX']:>4} {row['H']:>4} {row.get('S', 0):>2} {row.get('RB', 0):>2} {row.get('WSMEM', 0):>2} {row['MINB']:>2} {row.get('L2HINT', 0):>2} {row.get('STCS', 0):>2} {row.get('TRIM', 0):>2} "
+        print(f"{row['kind']:>6} {row['W']:>2} {row['BX']:>4} {row['H']:>4} {row.get('S', 0):>2} {row.get('RB', 0):>2} {row.get('WSMEM', 0):>2} {row['MINB']:>2} {row.get('L2HINT', 0):>2} {row.get('STCS', 0):>2} {row.get('TRIM', 0):>2} {row.get('Y', 0):>2} {row.get('P', 0):>2} {row.get('SH', 0):>2} "
               f"{row['regs']:>4} {row['spill_bytes']:>5} {row['steps']:>5} {row['ms']:7.4f} {row['ms_per_step']:7.4f} {100 * row['floor_fraction']:6.1f} {row['ok']}")
 
 
