@@ -39,6 +39,8 @@ class TaskResult:
     reference_ms: float | None
     compiled_ms: float | None = None
     """The reference under `torch.compile`, from the final re-measurement (None where not measured)."""
+    finished: bool = True
+    """False for a run that stopped before its end (killed, a time limit): it is listed, not counted."""
 
 
 NOISE = 1.05
@@ -81,6 +83,7 @@ def task_result(store: RunStore, budgets: tuple[int, ...] = BUDGETS) -> TaskResu
         best_ms=best.latency_ms if best else None,
         reference_ms=best.reference_latency_ms if best else None,
         compiled_ms=remeasured.compiled_reference_latency_ms if isinstance(remeasured, Measured) else None,
+        finished=finished is not None,
     )
 
 
@@ -134,7 +137,8 @@ def _setting(stores: list[RunStore]) -> list[str]:
 def _table2(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
     """Table 2's shape: per group and space policy, fast_0 / fast_1 / fast_2 in % of tasks at each budget,
     then the geometric-mean and median best speedup at the largest budget over the tasks with a valid
-    candidate."""
+    candidate. Unfinished runs are not counted (their first B candidates may not exist yet): the tasks column
+    says how many there are, and `hiera resume` finishes them."""
     top = max(budgets)
     head = " | ".join(f"B={b}" for b in budgets)
     lines = [
@@ -152,7 +156,12 @@ def _table2(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
     groups: dict[tuple[str, str], list[TaskResult]] = defaultdict(list)
     for result in results:
         groups[result.group, result.policy].append(result)
-    for (group, policy), members in sorted(groups.items()):
+    for (group, policy), listed in sorted(groups.items()):
+        members = [r for r in listed if r.finished]
+        unfinished = f" (+{len(listed) - len(members)} unfinished, not counted)" if len(members) < len(listed) else ""
+        if not members:
+            lines.append(f"| {group} | {policy} | 0{unfinished} | {' | '.join('-' for _ in budgets)} | - | - | - |")
+            continue
         cells = []
         for b in budgets:
             shares = [100 * sum(r.fast[b][i] for r in members) / len(members) for i in range(3)]
@@ -162,7 +171,8 @@ def _table2(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
         median = statistics.median(speedups) if speedups else None
         marginal = sum(1 for r in members if r.fast[top][1] and r.best_speedup[top] < NOISE)
         lines.append(
-            f"| {group} | {policy} | {len(members)} | {' | '.join(cells)} | {_x(geomean)} | {_x(median)} | {marginal} |"
+            f"| {group} | {policy} | {len(members)}{unfinished} | {' | '.join(cells)} | {_x(geomean)} | {_x(median)} |"
+            f" {marginal} |"
         )
     return lines
 
@@ -182,7 +192,7 @@ def _per_task(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
         compiled = "-" if r.compiled_ms is None else f"{r.compiled_ms:.4g}"
         versus = _x(r.compiled_ms / r.best_ms) if r.compiled_ms is not None and r.best_ms else "-"
         lines.append(
-            f"| {r.group} | {r.task} | {r.policy} | {r.evaluated} | {best} | {reference} | {_x(r.best_speedup[top])} |"
+            f"| {r.group} | {r.task} | {r.policy} | {r.evaluated}{'' if r.finished else ' (unfinished)'} | {best} | {reference} | {_x(r.best_speedup[top])} |"
             f" {compiled} | {versus} | {r.run_dir.parent.name}/{r.run_dir.name} |"
         )
     return lines
@@ -194,10 +204,10 @@ def _x(value: float | None) -> str:
 
 def _figure4(results: list[TaskResult], out: Path, budget: int) -> Path | None:
     """Figure 4's shape: one box of best speedups (log scale) per space policy, tasks without a valid
-    candidate left out and counted in the label."""
+    candidate left out and counted in the label, unfinished runs left out."""
     by_policy: dict[str, list[float]] = defaultdict(list)
     missing: dict[str, int] = defaultdict(int)
-    for r in results:
+    for r in (r for r in results if r.finished):
         if r.best_speedup[budget] is None:
             missing[r.policy] += 1
         else:

@@ -74,3 +74,22 @@ def test_the_torch_compile_baseline_of_the_re_measurement_is_a_column_of_its_own
     assert "| torch.compile (ms) | vs torch.compile |" in rows[2]
     assert "| 1_Conv | adaptive | 2 | 2 | 2.2 | 1.10× | 1.5 | 0.75× | l2/1_Conv |" in rows[4]
     assert "| 2_Gemm | adaptive | 2 | 2 | 2.2 | 1.10× | - | - | l2/2_Gemm |" in rows[5]
+
+
+def test_a_run_that_stopped_before_its_end_is_listed_but_not_counted_as_a_failure():
+    """A device call's time limit killed level 2 task 78 while its seed was evaluated (2026-11-29): it made the
+    level read 93% fast_0, as if hiera had found nothing valid for it."""
+    from hiera_core.suite import TaskResult, _per_task, _table2
+
+    def result(task, finished):
+        return TaskResult(group="kernelbench level 2", policy="adaptive", task=task, run_dir=Path("l2") / task,
+                          evaluated=1 if finished else 0, fast={18: (finished, finished, False)},
+                          best_speedup={18: 1.1 if finished else None}, best_ms=1.0 if finished else None,
+                          reference_ms=1.1 if finished else None, finished=finished)
+
+    results = [result("1_Conv", True), result("78_ConvTranspose3d", False)]
+    assert "| kernelbench level 2 | adaptive | 1 (+1 unfinished, not counted) | 100 / 100 / 0 |" in "\n".join(
+        _table2(results, (18,)))
+    assert "| 78_ConvTranspose3d | adaptive | 0 (unfinished) | - |" in "\n".join(_per_task(results, (18,)))
+    only = _table2([result("78_ConvTranspose3d", False)], (18,))
+    assert "| kernelbench level 2 | adaptive | 0 (+1 unfinished, not counted) | - | - | - | - |" in only[-1]
