@@ -38,6 +38,7 @@ FRAMEWORK_CALLS = {
         (r"\b(at|torch)::(?!empty\b|empty_like\b|zeros\b|zeros_like\b|Tensor\b|ScalarType\b|kFloat|kDouble|kHalf|kBFloat16|kInt|kLong|cuda::)(\w+)\s*\(",
          "a PyTorch/ATen operator"),
         (r"\.(matmul|mm|bmm|conv2d|addmm|einsum)\s*\(", "a PyTorch/ATen operator"),
+        (r"\bat::_ops::\w+::(call|redispatch)\s*\(", "a PyTorch/ATen operator"),  # an operator's own entry point
     ],
 }
 

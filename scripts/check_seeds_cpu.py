@@ -20,13 +20,42 @@ import torch
 from torch.utils.cpp_extension import load_inline
 
 from hiera_plugins.cuda.worker import max_error
-from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
+from hiera_plugins.kernelbench.analysis import build_model, load_task_module, meta_model, state_of
 from hiera_plugins.kernelbench.harness import PYTORCH_ERROR_FACTOR
 from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
 
 CPU_LIMIT = 1 << 27
 """Elements (the largest input or the output) above which a task is skipped: its FP64 reference would not fit a
 small machine's memory (level 3 task 17's output is 1 G elements; the check was killed for memory)."""
+INTERMEDIATE_LIMIT = 1 << 28
+"""The same for the largest tensor the forward makes on the way (level 3 task 31's attention matrix, 2.1 G
+elements, was killed for memory; task 43's, 268 M, fits a 24 GiB machine)."""
+
+
+def largest_intermediate(module) -> int:
+    """Elements of the largest tensor one forward makes, from a run on the meta device (level 3 task 31's
+    attention matrix, 2.1 G elements, was killed for memory: its input and output are small)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor):
+                    Largest.numel = max(Largest.numel, t.numel())
+            return out
+
+    try:
+        model = meta_model(module)
+        with torch.device("meta"):
+            inputs = list(module.get_inputs())
+        with torch.no_grad(), Largest():
+            model(*inputs)
+    except Exception:  # noqa: BLE001 -- a forward the meta device cannot run: the inputs and output decide
+        return 0
+    return Largest.numel
 
 
 def check(w: KernelBench, task, build_dir: Path) -> str:
@@ -38,7 +67,7 @@ def check(w: KernelBench, task, build_dir: Path) -> str:
     if analysis.random:
         return "skipped: its forward draws random numbers"
     largest = max([math.prod(analysis.output_shape)] + [math.prod(a.shape) for a in analysis.tensor_arguments])
-    if largest > CPU_LIMIT:
+    if largest > CPU_LIMIT or (largest := largest_intermediate(module)) > INTERMEDIATE_LIMIT:
         return f"skipped: too large for a CPU check ({largest} elements in one tensor)"
     binding = w.contract(task, "cuda").files["cpp_source.cpp"]
     started = time.perf_counter()

@@ -508,3 +508,68 @@ def test_the_fused_kernel_computes_its_chain_at_sizes_that_fill_no_unroll_emulat
         want = torch.clamp(torch.sigmoid(x) * operand + 0.5, -0.2, 0.9)
         got = module.pointwise_0(x, [operand])
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), (shape, (got - want).abs().max())
+
+
+ATTENTION_TASK = '''import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.register_buffer("mask", torch.tril(torch.ones(16, 16)).view(1, 16, 16))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.qkv(x).split(C, dim=2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.mask[:, :T, :T] == 0, float("-inf"))
+        y = F.softmax(att, dim=-1) @ v
+        return torch.cat([y, x[:, :, :1]], dim=2)
+
+
+def get_inputs():
+    return [torch.rand(2, 12, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.timeout(600)  # one g++ build against torch's headers
+def test_a_forward_torch_fx_cannot_trace_is_lowered_to_aten_operators_and_the_seed_computes_it(tmp_path):
+    """Shapes read as Python numbers (`math.sqrt(k.size(-1))`, a buffer sliced by them) stop torch.fx; the
+    forward lowered by make_fx gives a seed of ATen entry points (a split's list, a Python number for a tensor
+    operand, a concatenation), which compiles for the CPU and matches the model (level 3 tasks 43, 44, 50)."""
+    from torch.utils.cpp_extension import load_inline
+
+    from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
+    from hiera_plugins.spaces import CudaLibraries
+
+    w = task_checkout(tmp_path, 3, "1_Causal_attention", ATTENTION_TASK)
+    [task] = w.tasks()
+    source, reason = w.translated_seed(task)
+    assert source is not None, reason
+    assert "lowered to ATen operators" in source and "at::_ops::split_Tensor::call(" in source
+    assert "wrapped(0.35355339059327373)" in source and "at::_ops::cat::call(" in source
+    assert CudaLibraries(None).check_source(source, "cuda") is not None  # a libraries_pytorch seed
+    binding = w.contract(task, "cuda").files["cpp_source.cpp"]
+    extension = load_inline("lowered_seed", cpp_sources=[source + binding], build_directory=str(tmp_path),
+                            extra_cflags=["-O1"])
+    module = load_task_module(Path(task.params["path"]))
+    model = build_model(module, "cpu")
+    x = torch.rand(2, 12, 8)
+    with torch.no_grad():
+        got = extension.forward(x, *[t.detach() for _, _, t in state_of(model)])
+        want = model(x)
+    assert got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-6), (got - want).abs().max()
+
+    view = one_task_checkout(tmp_path / "view", 1, "1_View", init="pass", inputs="torch.rand(4, 2, 3)",
+                             forward="return x.view(x.size(0), -1)[:, : int(x.size(1)) * 3]")
+    source = view.translated_seed(view.tasks()[0])[0]
+    assert "lowered to ATen operators" in source and ".clone().contiguous();" in source  # never a view of x

@@ -136,7 +136,8 @@ def _function_names() -> dict[Any, str]:
 
 
 def translate(module: ModuleType, analysis: TaskAnalysis, *, fuse_pointwise: bool = False) -> str:
-    """Return the seed's `cuda_source.cu`, or raise NoTranslation naming every operator it lacks. With
+    """Return the seed's `cuda_source.cu`, or raise NoTranslation naming every operator it lacks (after trying
+    the lowering to ATen operators, `lowered`, where the node-by-node translation fails). With
     `fuse_pointwise`, chains of two or more pointwise operators become one generated kernel each
     (`fusion`); a forward without such a chain translates as without it."""
     import torch.fx
@@ -145,14 +146,28 @@ def translate(module: ModuleType, analysis: TaskAnalysis, *, fuse_pointwise: boo
     try:
         traced = torch.fx.symbolic_trace(model)
     except Exception as exc:  # noqa: BLE001 -- control flow on values, unsupported Python
-        raise NoTranslation(f"torch.fx cannot trace the forward: {one_line(exc)}") from None
+        return _lowered(module, analysis, f"torch.fx cannot trace the forward: {one_line(exc)}")
     emitter = _Emitter(model, analysis, traced)
-    source = emitter.emit(traced.graph)
+    try:
+        source = emitter.emit(traced.graph)
+    except NoTranslation as exc:
+        return _lowered(module, analysis, str(exc))
     if not fuse_pointwise:
         return source
     _propagate_shapes(module, traced)
     chains = emitter.pointwise_chains(traced.graph)
     return _Emitter(model, analysis, traced).emit(traced.graph, chains) if chains else source
+
+
+def _lowered(module: ModuleType, analysis: TaskAnalysis, reason: str) -> str:
+    """The seed lowered to ATen operators (`lowered`), for a forward the node-by-node translation cannot take;
+    NoTranslation with both reasons if that fails too."""
+    from hiera_plugins.kernelbench.lowered import lowered_seed
+
+    try:
+        return lowered_seed(module, analysis)
+    except NoTranslation as exc:
+        raise NoTranslation(f"{reason}; {exc}") from None
 
 
 def _propagate_shapes(module: ModuleType, traced) -> None:

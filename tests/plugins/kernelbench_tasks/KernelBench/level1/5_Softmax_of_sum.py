@@ -8,7 +8,9 @@ class Model(nn.Module):
         self.dim = dim
 
     def forward(self, x):
-        x = x.roll(1, dims=0)  # no ATen translation in the seed translator: the task gets no seed
+        # roll has no translation node by node, and the value read on the host (.item()) stops the lowering
+        # to ATen operators on the meta device: the task gets no seed
+        x = x.roll(1, dims=0) * x.abs().max().item()
         return torch.softmax(x, dim=self.dim)
 
 
