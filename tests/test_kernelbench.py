@@ -573,3 +573,13 @@ def test_a_forward_torch_fx_cannot_trace_is_lowered_to_aten_operators_and_the_se
                              forward="return x.view(x.size(0), -1)[:, : int(x.size(1)) * 3]")
     source = view.translated_seed(view.tasks()[0])[0]
     assert "lowered to ATen operators" in source and ".clone().contiguous();" in source  # never a view of x
+
+
+def test_a_forward_that_lowers_to_too_many_operators_gets_no_seed_and_says_why(tmp_path, monkeypatch):
+    """Level 3 task 35's LSTM unrolls to 61 k operators, a source no compiler finishes in time."""
+    from hiera_plugins.kernelbench import lowered
+
+    monkeypatch.setattr(lowered, "MAX_OPERATORS", 3)
+    w = task_checkout(tmp_path, 3, "1_Causal_attention", ATTENTION_TASK)
+    source, reason = w.translated_seed(w.tasks()[0])
+    assert source is None and "ATen operators (more than 3 to compile)" in reason
