@@ -1,5 +1,6 @@
 """Compile check of KernelBench contracts and candidates, no GPU needed: for each selected task, build its seed
-(the ATen translation) and, where the forward has a pointwise chain, the expert's fused candidate; a task
+(the ATen translation) and, where the forward has a pointwise chain, the expert's fused candidate (and the
+pure-CUDA candidate where the chain is the whole forward); a task
 without a seed gets a trivial candidate (the declared function, raising), so every contract is checked.
 Builds go exactly as the cuda evaluator's (isolated process, content-addressed cache). Prints one line per
 build and a summary; exit code 1 if any build failed.
@@ -58,6 +59,9 @@ def main() -> int:
             fused = templates[0].render({"fuse_pointwise": True})
             if fused != sources["seed"]:
                 sources["fused"] = fused
+            kernel = templates[0].render({"pointwise_kernel": True})
+            if kernel != sources["seed"]:
+                sources["pure CUDA"] = kernel
         else:
             sources = {"trivial": trivial_candidate(workload.analysis(task))}
         contract = workload.contract(task, "cuda")

@@ -185,7 +185,7 @@ def test_the_expert_fuses_each_pointwise_chain_into_one_generated_kernel():
     task = by_name(w2)["1_Gemm_ReLU_Scaling"]
     [template] = w2.templates(task, "cuda")
     source, params, origin = w2.seed(task, "cuda")
-    assert params == {"fuse_pointwise": False} and origin.split()[0] == template.name
+    assert params == {"fuse_pointwise": False, "pointwise_kernel": False} and origin.split()[0] == template.name
     assert template.render(params) == source
     fused = template.render({"fuse_pointwise": True})
     assert "pointwise_kernel_0" in fused and "pointwise_kernel_1" not in fused
@@ -223,6 +223,31 @@ def test_a_fused_candidate_builds_with_hiera_eval_compile_only(tmp_path):
 
     rejected = run_hiera(*command, "--space", "pure_cuda", cwd=tmp_path, timeout=300)  # ATen calls: never built
     assert rejected.returncode == 1 and "StaticRejected: pure_cuda: uses a PyTorch/ATen operator" in rejected.stdout
+
+
+def test_a_forward_that_is_one_pointwise_chain_gets_a_pure_cuda_candidate_that_builds_and_passes_the_binary_check(
+        tmp_path):
+    """ReLU: the chain's kernel is the whole candidate, with nothing of ATen but allocation and views, so the
+    pure_cuda space admits it, in the source and in what the built library imports (level 1's elementwise tasks:
+    19 ReLU, 21 Sigmoid, 25 Swish, 31 ELU, ... had no valid candidate in pure_cuda)."""
+    from hiera_plugins.cuda.architecture import find_cuda_home
+    from hiera_plugins.spaces import PureCuda
+
+    w1 = workload(1)
+    [template] = w1.templates(by_name(w1)["2_Tiny_ReLU"], "cuda")
+    kernel = template.render({"pointwise_kernel": True})
+    assert "Pure CUDA" in kernel and "return pointwise_0(x, {});" in kernel and "v = max_nan(v, 0.0f);" in kernel
+    assert PureCuda(None).check_source(kernel, "cuda") is None and hack_in_source(kernel, "float32") is None
+    [matmul] = w1.templates(by_name(w1)["1_Tiny_matmul"], "cuda")
+    assert matmul.render({"pointwise_kernel": True}) == matmul.render({})  # no chain: the move does not exist
+    if find_cuda_home() is None:
+        pytest.skip("no CUDA toolkit")
+    source = tmp_path / "cuda_source.cu"
+    source.write_text(kernel)
+    done = run_hiera("eval", str(source), "--workload", "kernelbench", "--task", "2_Tiny_ReLU", "--arch", "cuda",
+                     "--space", "pure_cuda", "--compile-only", "--set", f"workload.kernelbench.root={ROOT}", *PLUGIN,
+                     cwd=tmp_path, timeout=900)
+    assert done.returncode == 0 and "built (" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 def test_a_convolution_seed_names_its_padding_type(tmp_path):

@@ -33,7 +33,7 @@ LOWER_PRECISION = (
 
 LIBRARY_SYMBOLS = re.compile(r"^(cublas|cublasLt|cudnn|cufft|cusparse|cusolver|curand|nccl)\w*", re.M)
 ALLOWED_OPS = {
-    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "fill_", "zero_", "view",
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "fill_", "zero_", "view", "expand",
     "reshape", "_reshape_alias", "contiguous", "as_strided", "resize_", "detach", "alias", "_to_copy", "to", "copy_",
     "lift_fresh", "size", "stride", "sym_size", "sym_stride", "is_contiguous",
 }

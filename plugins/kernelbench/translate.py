@@ -159,6 +159,35 @@ def translate(module: ModuleType, analysis: TaskAnalysis, *, fuse_pointwise: boo
     return _Emitter(model, analysis, traced).emit(traced.graph, chains) if chains else source
 
 
+def pointwise_kernel(module: ModuleType, analysis: TaskAnalysis) -> str | None:
+    """The pure-CUDA candidate of a forward that is one chain of pointwise operators applied to its input (ReLU,
+    ELU, Swish, ...): the chain's generated kernel (`fusion`) is the whole forward, with nothing of ATen but
+    allocation and views. None for any other forward."""
+    import torch.fx
+
+    model = meta_model(module)
+    try:
+        traced = torch.fx.symbolic_trace(model)
+        emitter = _Emitter(model, analysis, traced)
+        emitter.emit(traced.graph)
+    except Exception:  # noqa: BLE001 -- no translation node by node: no chain either
+        return None
+    _propagate_shapes(module, traced)
+    chain = emitter.whole_chain(traced.graph)
+    if chain is None:
+        return None
+    call, _ = emitter.fused_call(0, chain)
+    steps = [emitter.pointwise_step(node)[1] for node in chain]
+    return f"""\
+// Pure CUDA: the forward is one chain of pointwise operators on its input, computed by one generated kernel.
+#include <torch/extension.h>
+{fusion.PRELUDE}{fusion.kernel_source(0, steps)}
+{declaration(analysis)[:-1]} {{
+{state_aliases(analysis)}    return {call};
+}}
+"""
+
+
 def _lowered(module: ModuleType, analysis: TaskAnalysis, reason: str) -> str:
     """The seed lowered to ATen operators (`lowered`), for a forward the node-by-node translation cannot take;
     NoTranslation with both reasons if that fails too."""
@@ -223,7 +252,7 @@ class _Emitter:
                 if argument is None:
                     raise NoTranslation(f"forward argument `{node.target}` has no value in get_inputs()")
                 self.names[node] = argument.name
-                self.kind[node] = "input"
+                self.kind[node] = "scalar" if argument.role == "scalar" else "input"  # a C++ number: never a kernel operand
                 continue
             if node.op == "output":
                 output = node.args[0]
@@ -308,6 +337,28 @@ class _Emitter:
                 member[node] = [node]
                 chains.append(member[node])
         return [chain for chain in chains if len(chain) >= 2]
+
+    def whole_chain(self, graph) -> list[Any] | None:
+        """The forward's operators when they are one chain of pointwise operators from a forward argument to the
+        output, each keeping the argument's shape, with only arguments as tensor operands; else None."""
+        nodes = [n for n in graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+        output = next(n for n in graph.nodes if n.op == "output").args[0]
+        if not nodes or output is not nodes[-1]:
+            return None
+        previous = None
+        for node in nodes:
+            found = self.pointwise_step(node)
+            if found is None:
+                return None
+            main, step = found
+            if main is not previous if previous is not None else main.op != "placeholder":
+                return None
+            if previous is not None and len(previous.users) != 1:
+                return None
+            if any(self.kind.get(t) != "input" for t in step.tensors) or _shape(node) is None or _shape(node) != _shape(main):
+                return None
+            previous = node
+        return nodes
 
     def pointwise_step(self, node) -> tuple[Any, fusion.Step] | None:
         """(the tensor the operator applies to, its fusion step) when `node` is a pointwise operator."""

@@ -13,7 +13,7 @@ from hiera_core.protocols import Knob, NoSeed, Template, UnsupportedArchitecture
 from hiera_core.records import Contract, Task
 from hiera_plugins.kernelbench import contract as contract_files
 from hiera_plugins.kernelbench.analysis import TaskAnalysis, TaskUnusable, analyse, load_task_module, one_line
-from hiera_plugins.kernelbench.translate import NoTranslation, translate
+from hiera_plugins.kernelbench.translate import NoTranslation, pointwise_kernel, translate
 
 ROOT_ENV = "KERNELBENCH_ROOT"
 TASK_FILE = re.compile(r"^(\d+)_(\w+)\.py$")
@@ -184,10 +184,13 @@ class KernelBench:
 
 class TranslationTemplate:
     """The seed's translation and the moves an expert makes on it without a model: `fuse_pointwise` turns
-    each chain of pointwise operators into one generated kernel (direction R: intermediates stay on chip)."""
+    each chain of pointwise operators into one generated kernel (direction R: intermediates stay on chip);
+    `pointwise_kernel`, where the whole forward is such a chain on its input, makes that kernel the whole
+    candidate, in pure CUDA (direction M: the kernel's own loads and stores)."""
 
     name = "kernelbench-aten"
-    knobs = {"fuse_pointwise": Knob(values=(False, True), direction="R", space="libraries_pytorch")}
+    knobs = {"fuse_pointwise": Knob(values=(False, True), direction="R", space="libraries_pytorch"),
+             "pointwise_kernel": Knob(values=(False, True), direction="M", space="pure_cuda")}
 
     def __init__(self, loaded: _Loaded) -> None:
         self.loaded = loaded
@@ -199,6 +202,9 @@ class TranslationTemplate:
         return " ".join([self.name, *(f"{k}={params[k]}" for k in self.knobs)])
 
     def render(self, params: dict[str, Any]) -> str:
+        params = {**self.defaults(), **params}  # a knob left out keeps its default
+        if params["pointwise_kernel"] and (kernel := pointwise_kernel(self.loaded.module, self.loaded.analysis)):
+            return kernel
         return translate(self.loaded.module, self.loaded.analysis, fuse_pointwise=bool(params["fuse_pointwise"]))
 
 
