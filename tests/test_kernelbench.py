@@ -276,6 +276,12 @@ def test_a_chain_runs_through_the_second_operand_of_a_binary_operator(tmp_path):
     assert "pointwise_kernel_1" not in fused and "at::sigmoid" not in fused
     assert "v = (o0[u] * v);" in fused and "pointwise_0(x, {x})" in fused
 
+    softsign = one_task_checkout(tmp_path / "softsign", 1, "1_Softsign", init="pass",
+                                 forward="return x / (1 + torch.abs(x))", inputs="torch.rand(4, 8)")
+    [template] = softsign.templates(softsign.tasks()[0], "cuda")
+    fused = template.render({"fuse_pointwise": True})
+    assert "v = (o0[u] / v);" in fused and "pointwise_0(x, {x})" in fused  # x / chain, not chain / x
+
 
 def test_a_model_whose_constructor_reads_values_is_still_analysed(tmp_path):
     """Swin's constructor calls .item(), which meta tensors refuse: the model is built on the CPU and traced on
