@@ -21,7 +21,7 @@ import torch
 from torch.utils.cpp_extension import load_inline
 
 from hiera_plugins.cuda.worker import max_error
-from hiera_plugins.kernelbench.analysis import build_model, load_task_module, meta_model, state_of
+from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
 from hiera_plugins.kernelbench.harness import CALL_SEED, PYTORCH_ERROR_FACTOR
 from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
 
@@ -33,32 +33,6 @@ INTERMEDIATE_LIMIT = 1 << 28
 elements, was killed for memory; task 43's, 268 M, fits a 24 GiB machine)."""
 
 
-def largest_intermediate(module) -> int:
-    """Elements of the largest tensor one forward makes, from a run on the meta device (level 3 task 31's
-    attention matrix, 2.1 G elements, was killed for memory: its input and output are small)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Largest(TorchDispatchMode):
-        numel = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in out if isinstance(out, (tuple, list)) else [out]:
-                if isinstance(t, torch.Tensor):
-                    Largest.numel = max(Largest.numel, t.numel())
-            return out
-
-    try:
-        model = meta_model(module)
-        with torch.device("meta"):
-            inputs = list(module.get_inputs())
-        with torch.no_grad(), Largest():
-            model(*inputs)
-    except Exception:  # noqa: BLE001 -- a forward the meta device cannot run: the inputs and output decide
-        return 0
-    return Largest.numel
-
-
 def check(w: KernelBench, task, build_dir: Path) -> str:
     source, reason = w.translated_seed(task)
     if source is None:
@@ -66,8 +40,8 @@ def check(w: KernelBench, task, build_dir: Path) -> str:
     module = load_task_module(Path(task.params["path"]))
     analysis = w.analysis(task)
     largest = max([math.prod(analysis.output_shape)] + [math.prod(a.shape) for a in analysis.tensor_arguments])
-    if largest > CPU_LIMIT or (largest := largest_intermediate(module)) > INTERMEDIATE_LIMIT:
-        return f"skipped: too large for a CPU check ({largest} elements in one tensor)"
+    if largest > CPU_LIMIT or analysis.largest_numel > INTERMEDIATE_LIMIT:
+        return f"skipped: too large for a CPU check ({max(largest, analysis.largest_numel)} elements in one tensor)"
     binding = w.contract(task, "cuda").files["cpp_source.cpp"]
     started = time.perf_counter()
     extension = load_inline(f"seed_{task.params['level']}_{task.params['id']}", cpp_sources=[source + binding],

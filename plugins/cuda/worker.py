@@ -368,15 +368,21 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 class OpNames(TorchDispatchMode):
-    """A dispatch mode that collects the names of the ATen operators run inside it (`.names`)."""
+    """A dispatch mode that collects the names of the ATen operators run inside it (`.names`) and the elements
+    of the largest tensor one of them returned (`.largest`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.names: set[str] = set()
+        self.largest = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.names.add(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        for value in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(value, torch.Tensor):
+                self.largest = max(self.largest, value.numel())
+        return out
 
 
 def _runtime_calls(fn, inputs) -> tuple[list[str], list[str]]:

@@ -68,6 +68,8 @@ class TaskAnalysis:
     random: bool = False
     """Whether the forward draws random numbers (dropout in training mode, `torch.rand`, ...): its output
     depends on the RNG state, so it is checked as KernelBench does, reference and candidate from one seed."""
+    largest_numel: int = 0
+    """Elements of the largest tensor one forward makes (an input, an intermediate or the output)."""
 
     @property
     def tensor_arguments(self) -> tuple[Argument, ...]:
@@ -156,7 +158,7 @@ def analyse(module: ModuleType) -> TaskAnalysis:
         raise TaskUnusable(f"its forward returns a {type(out).__name__}, not one tensor: the binding returns torch::Tensor")
     return TaskAnalysis(arguments=_arguments(module.Model.forward, inputs, model), output_shape=tuple(out.shape),
                         output_dtype=str(out.dtype).removeprefix("torch."), traced_on=traced_on, training=model.training,
-                        random=bool(ops.names & RANDOM_OPS))
+                        random=bool(ops.names & RANDOM_OPS), largest_numel=ops.largest)
 
 
 def _arguments(forward, inputs: list[Any], model) -> tuple[Argument, ...]:

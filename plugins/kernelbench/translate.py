@@ -140,16 +140,8 @@ def translate(module: ModuleType, analysis: TaskAnalysis, *, fuse_pointwise: boo
     the lowering to ATen operators, `lowered`, where the node-by-node translation fails). With
     `fuse_pointwise`, chains of two or more pointwise operators become one generated kernel each
     (`fusion`); a forward without such a chain translates as without it."""
-    import torch.fx
-
-    model = meta_model(module)
     try:
-        traced = torch.fx.symbolic_trace(model)
-    except Exception as exc:  # noqa: BLE001 -- control flow on values, unsupported Python
-        return _lowered(module, analysis, f"torch.fx cannot trace the forward: {one_line(exc)}")
-    emitter = _Emitter(model, analysis, traced)
-    try:
-        source = emitter.emit(traced.graph)
+        model, traced, emitter, source = _emitted(module, analysis)
     except NoTranslation as exc:
         return _lowered(module, analysis, str(exc))
     if not fuse_pointwise:
@@ -163,14 +155,9 @@ def pointwise_kernel(module: ModuleType, analysis: TaskAnalysis) -> str | None:
     """The pure-CUDA candidate of a forward that is one chain of pointwise operators applied to its input (ReLU,
     ELU, Swish, ...): the chain's generated kernel (`fusion`) is the whole forward, with nothing of ATen but
     allocation and views. None for any other forward."""
-    import torch.fx
-
-    model = meta_model(module)
     try:
-        traced = torch.fx.symbolic_trace(model)
-        emitter = _Emitter(model, analysis, traced)
-        emitter.emit(traced.graph)
-    except Exception:  # noqa: BLE001 -- no translation node by node: no chain either
+        _, traced, emitter, _ = _emitted(module, analysis)
+    except NoTranslation:  # no translation node by node: no chain either
         return None
     _propagate_shapes(module, traced)
     chain = emitter.whole_chain(traced.graph)
@@ -186,6 +173,20 @@ def pointwise_kernel(module: ModuleType, analysis: TaskAnalysis) -> str | None:
 {state_aliases(analysis)}    return {call};
 }}
 """
+
+
+def _emitted(module: ModuleType, analysis: TaskAnalysis):
+    """(model, traced graph module, the emitter that translated it, the seed's source), node by node;
+    NoTranslation where torch.fx cannot trace the forward or an operator has no translation."""
+    import torch.fx
+
+    model = meta_model(module)
+    try:
+        traced = torch.fx.symbolic_trace(model)
+    except Exception as exc:  # noqa: BLE001 -- control flow on values, unsupported Python
+        raise NoTranslation(f"torch.fx cannot trace the forward: {one_line(exc)}") from None
+    emitter = _Emitter(model, analysis, traced)
+    return model, traced, emitter, emitter.emit(traced.graph)
 
 
 def _lowered(module: ModuleType, analysis: TaskAnalysis, reason: str) -> str:
@@ -345,19 +346,16 @@ class _Emitter:
         output = next(n for n in graph.nodes if n.op == "output").args[0]
         if not nodes or output is not nodes[-1]:
             return None
-        previous = None
-        for node in nodes:
+        for k, node in enumerate(nodes):
             found = self.pointwise_step(node)
             if found is None:
                 return None
             main, step = found
-            if main is not previous if previous is not None else main.op != "placeholder":
+            runs_on = main.op == "placeholder" if k == 0 else main is nodes[k - 1] and len(main.users) == 1
+            if not runs_on or any(self.kind.get(t) != "input" for t in step.tensors):
                 return None
-            if previous is not None and len(previous.users) != 1:
+            if _shape(node) is None or _shape(node) != _shape(main):
                 return None
-            if any(self.kind.get(t) != "input" for t in step.tensors) or _shape(node) is None or _shape(node) != _shape(main):
-                return None
-            previous = node
         return nodes
 
     def pointwise_step(self, node) -> tuple[Any, fusion.Step] | None:
