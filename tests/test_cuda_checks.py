@@ -46,6 +46,15 @@ def test_the_seeds_pass_every_static_check():
         assert _static_reason("pure_cuda", source) is None
 
 
+def test_a_candidate_that_changes_the_precision_settings_is_rejected():
+    """TF32 or reduced-precision math switched on from the candidate trades the contract's FP32 for speed, and
+    reaches the reference too (one process); choosing cuDNN's algorithm by timing leaves the precision alone."""
+    forward = "#include <torch/extension.h>\ntorch::Tensor forward(torch::Tensor x, torch::Tensor w) {{\n    {}\n    return at::conv2d(x, w);\n}}\n"
+    reason = _static_reason("libraries_pytorch", forward.format("at::globalContext().setAllowTF32CuDNN(true);"))
+    assert reason is not None and "precision settings" in reason and "setAllowTF32CuDNN(" in reason
+    assert _static_reason("libraries_pytorch", forward.format("at::globalContext().setBenchmarkCuDNN(true);")) is None
+
+
 def test_runtime_space_rules():
     assert checks.runtime_space_violation(["scale_add(float const*, float const*, float*, long)"], ["empty_like"], 0) is None
     assert "library kernels" in checks.runtime_space_violation(["sm90_xmma_gemm_f32f32_tf32f32"], [], 0)

@@ -589,6 +589,7 @@ def test_a_forward_torch_fx_cannot_trace_is_lowered_to_aten_operators_and_the_se
     assert "lowered to ATen operators" in source and "at::_ops::split_Tensor::call(" in source
     assert "wrapped(0.35355339059327373)" in source and "at::_ops::cat::call(" in source
     assert CudaLibraries(None).check_source(source, "cuda") is not None  # a libraries_pytorch seed
+    assert hack_in_source(source, "float32") is None  # `wrapped` is a function, not a static tensor
     binding = w.contract(task, "cuda").files["cpp_source.cpp"]
     extension = load_inline("lowered_seed", cpp_sources=[source + binding], build_directory=str(tmp_path),
                             extra_cflags=["-O1"])

@@ -22,6 +22,8 @@ HACKS: list[tuple[str, str]] = [
      "keeps tensors in static storage across calls (a result cache)"),
     (r"\bcatch\s*\(", "catches exceptions (a fallback path can hide there)"),
     (r"\b(?:setenv|putenv|system|popen|fork|execv\w*)\s*\(", "touches the process environment or spawns programs"),
+    (r"\bsetAllow\w*(?:TF32|FP16|BF16)\w*\s*\(|\bsetFloat32\w*Precision\s*\(",
+     "changes PyTorch's precision settings (TF32 or reduced-precision math) that the reference is pinned by"),
 ]
 """(pattern, reason) for hacks every cuda candidate is checked against."""
 

@@ -23,7 +23,7 @@ WRAPPED = """#include <ATen/ScalarOps.h>
 
 // A Python number passed for a tensor operand, as PyTorch passes it: a 0-dim CPU tensor marked as a wrapped
 // number, so it does not take part in type promotion (x * 0.5 stays float32).
-static at::Tensor wrapped(const at::Scalar& value) {
+inline at::Tensor wrapped(const at::Scalar& value) {
     at::Tensor tensor = at::scalar_to_tensor(value);
     tensor.unsafeGetTensorImpl()->set_wrapped_number(true);
     return tensor;
