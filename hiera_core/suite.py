@@ -203,30 +203,36 @@ def _x(value: float | None) -> str:
 
 
 def _figure4(results: list[TaskResult], out: Path, budget: int) -> Path | None:
-    """Figure 4's shape: one box of best speedups (log scale) per space policy, tasks without a valid
-    candidate left out and counted in the label, unfinished runs left out."""
-    by_policy: dict[str, list[float]] = defaultdict(list)
-    missing: dict[str, int] = defaultdict(int)
+    """Figure 4's shape: one box of best speedups (log scale) per group and space policy (policies compared on
+    the same tasks), tasks without a valid candidate left out and counted in the label, unfinished runs left out."""
+    boxes: dict[tuple[str, str], list[float]] = defaultdict(list)
+    missing: dict[tuple[str, str], int] = defaultdict(int)
     for r in (r for r in results if r.finished):
         if r.best_speedup[budget] is None:
-            missing[r.policy] += 1
+            missing[r.group, r.policy] += 1
         else:
-            by_policy[r.policy].append(r.best_speedup[budget])
-    if not by_policy:
+            boxes[r.group, r.policy].append(r.best_speedup[budget])
+    if not boxes:
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
-    policies = sorted(set(by_policy) | set(missing), key=lambda p: (p != "adaptive", p))
-    data = [by_policy.get(p, []) or [float("nan")] for p in policies]
-    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(policies), 4), dpi=120)
+    keys = sorted(set(boxes) | set(missing), key=lambda k: (k[0], k[1] != "adaptive", k[1]))
+    data = [boxes.get(k, []) or [float("nan")] for k in keys]
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(keys), 4), dpi=120)
     ax.boxplot(data, showfliers=True)
-    ax.set_xticks(range(1, len(policies) + 1))
-    ax.set_xticklabels([f"{p}\n{len(by_policy.get(p, []))} valid, {missing[p]} none" for p in policies], fontsize=8)
+    ax.set_xticks(range(1, len(keys) + 1))
+    ax.set_xticklabels([f"{group}\n{policy}\n{len(boxes.get((group, policy), []))} valid, {missing[group, policy]} none"
+                        for group, policy in keys], fontsize=8)
     ax.axhline(1.0, color="C3", linestyle="--", linewidth=1, label="reference")
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(1.2, 1.5, 2, 3, 5, 7, 8, 9)))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.set_ylabel(f"best speedup over the reference at B={budget} (log)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
