@@ -117,6 +117,15 @@ def meta_model(module: ModuleType):
         return build_model(module, "cpu").to("meta")
 
 
+def meta_inputs(module: ModuleType) -> list[Any]:
+    """`get_inputs()` on the meta device, from the seed every trace starts from."""
+    import torch
+
+    with torch.device("meta"):
+        torch.manual_seed(INIT_SEED)
+        return list(module.get_inputs())
+
+
 def state_of(model) -> list[tuple[str, str, Any]]:
     """(role, dotted path, tensor) of every parameter then every buffer, in the binding's order."""
     return [("parameter", n, t) for n, t in model.named_parameters()] + [("buffer", n, t) for n, t in model.named_buffers()]
@@ -128,9 +137,7 @@ def analyse(module: ModuleType) -> TaskAnalysis:
 
     try:
         model = meta_model(module)
-        with torch.device("meta"):
-            torch.manual_seed(INIT_SEED)
-            inputs = list(module.get_inputs())
+        inputs = meta_inputs(module)
     except Exception as exc:  # noqa: BLE001
         raise TaskUnusable(f"building the model or its inputs failed: {one_line(exc)}") from None
     from hiera_plugins.cuda.worker import OpNames

@@ -10,7 +10,7 @@ import re
 from types import ModuleType
 from typing import Any
 
-from hiera_plugins.kernelbench.analysis import INIT_SEED, TaskAnalysis, meta_model, one_line
+from hiera_plugins.kernelbench.analysis import TaskAnalysis, meta_inputs, meta_model, one_line
 from hiera_plugins.kernelbench.contract import declaration, state_aliases
 from hiera_plugins.kernelbench.translate import NoTranslation, lit
 
@@ -51,9 +51,7 @@ def _lower(module: ModuleType, analysis: TaskAnalysis):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     model = meta_model(module)
-    with torch.device("meta"):
-        torch.manual_seed(INIT_SEED)
-        call = list(module.get_inputs())
+    call = meta_inputs(module)
     state = [a for a in analysis.arguments if a.role in ("parameter", "buffer")]
     tensors = [model.get_parameter(a.source) if a.role == "parameter" else model.get_buffer(a.source) for a in state]
     positions = [a.position for a in analysis.arguments if a.role == "input"]

@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from hiera_plugins.kernelbench import fusion
-from hiera_plugins.kernelbench.analysis import INIT_SEED, TaskAnalysis, meta_model, one_line
+from hiera_plugins.kernelbench.analysis import TaskAnalysis, meta_inputs, meta_model, one_line
 from hiera_plugins.kernelbench.contract import declaration, state_aliases
 
 
@@ -207,11 +207,8 @@ def _propagate_shapes(module: ModuleType, traced) -> None:
     from torch.fx.passes.shape_prop import ShapeProp
 
     try:
-        with torch.device("meta"):
-            torch.manual_seed(INIT_SEED)
-            inputs = list(module.get_inputs())
         with torch.no_grad():
-            ShapeProp(traced).propagate(*inputs)
+            ShapeProp(traced).propagate(*meta_inputs(module))
     except Exception:  # noqa: BLE001 -- then no chain is fused: `pointwise_chains` needs the shapes
         pass
 
