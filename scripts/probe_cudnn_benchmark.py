@@ -1,7 +1,7 @@
 """Does cuDNN's algorithm search pay on a task? Times the task's FP32 `Model`, eager, with
-`torch.backends.cudnn.benchmark` off (PyTorch's default, the baseline's setting) and on, TF32 off, median of
-20 calls with a 256 MiB L2 flush before each, and each setting's largest error against the FP64 `Model`
-(relative to max(1, max |reference|)). One JSON line per task. Measured before making cuDNN's search an
+`torch.backends.cudnn.benchmark` off (PyTorch's default, the baseline's setting) and on, TF32 off (median of
+20 calls, each after a 256 MiB L2 flush, as the cuda worker times them), and each setting's largest error
+against the FP64 `Model` (relative to max(1, max |reference|)). One JSON line per task. Measured before making cuDNN's search an
 expert move; docs/kernelbench.md has the H200 figures.
 
     python3 scripts/probe_cudnn_benchmark.py --root ~/KernelBench --level 2 --tasks 1,3,7
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from hiera_plugins.cuda.worker import timed
 from hiera_plugins.kernelbench.analysis import build_model, load_task_module
 from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
 
@@ -23,16 +24,25 @@ from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
 def median_ms(fn, flush: torch.Tensor, calls: int = 20) -> float:
     for _ in range(3):
         fn()
-    times = []
-    for _ in range(calls):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[calls // 2]
+    return sorted(timed(flush, fn)[0] for _ in range(calls))[calls // 2]
+
+
+def probe(path: Path, flush: torch.Tensor) -> dict:
+    """Both settings' median time and error for the task at `path`."""
+    module = load_task_module(path)
+    model = build_model(module, "cpu").cuda()
+    reference = copy.deepcopy(model).double()
+    torch.manual_seed(1)
+    inputs = [x.cuda() if torch.is_tensor(x) else x for x in module.get_inputs()]
+    row = {}
+    with torch.no_grad():
+        want = reference(*[x.double() if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs])
+        for benchmark in (False, True):
+            torch.backends.cudnn.benchmark = benchmark
+            error = (model(*inputs).double() - want).abs().max() / want.abs().max().clamp_min(1)
+            row[f"benchmark_{benchmark}"] = {"ms": median_ms(lambda: model(*inputs), flush), "error": error.item()}
+    torch.backends.cudnn.benchmark = False
+    return row
 
 
 def main() -> None:
@@ -46,22 +56,9 @@ def main() -> None:
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     workload = KernelBench(KernelBenchConfig(root=args.root, level=args.level, tasks=args.tasks))
     for task in workload.tasks():
-        module = load_task_module(Path(task.params["path"]))
-        model = build_model(module, "cpu").cuda()
-        reference = copy.deepcopy(model).double()
-        torch.manual_seed(1)
-        inputs = [x.cuda() if torch.is_tensor(x) else x for x in module.get_inputs()]
-        row = {"level": args.level, "task": task.name}
-        with torch.no_grad():
-            want = reference(*[x.double() if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs])
-            for benchmark in (False, True):
-                torch.backends.cudnn.benchmark = benchmark
-                error = (model(*inputs).double() - want).abs().max() / want.abs().max().clamp_min(1)
-                row[f"benchmark_{benchmark}"] = {"ms": median_ms(lambda: model(*inputs), flush), "error": error.item()}
-        torch.backends.cudnn.benchmark = False
-        print(json.dumps(row), flush=True)
-        del model, reference, inputs, want
-        torch.cuda.empty_cache()
+        row = probe(Path(task.params["path"]), flush)
+        print(json.dumps({"level": args.level, "task": task.name, **row}), flush=True)
+        torch.cuda.empty_cache()  # the task's tensors went with `probe`
 
 
 if __name__ == "__main__":

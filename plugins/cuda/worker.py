@@ -117,7 +117,7 @@ def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
     flush = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device="cuda")
     call_seed = getattr(harness, "call_seed", None)
     baseline = seeded(harness.baseline, call_seed)
-    _timed(flush, lambda: baseline(timing_sets[0][0]))  # the harness's own threads exist before the candidate's
+    timed(flush, lambda: baseline(timing_sets[0][0]))  # the harness's own threads exist before the candidate's
     rtol, atol = harness.tolerance
     factor = getattr(harness, "pytorch_error_factor", None)
 
@@ -137,7 +137,7 @@ def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
         try:  # compiled on its first call, and run on every timing set, before the candidate is loaded
             compiled = seeded(harness.compiled_baseline(), call_seed)
             for inputs, _ in timing_sets:
-                _timed(flush, lambda: compiled(inputs))
+                timed(flush, lambda: compiled(inputs))
         except Exception as exc:  # noqa: BLE001 -- a baseline that does not compile is reported, not fatal
             compiled, compiled_note = None, f"torch.compile failed: {type(exc).__name__}: {str(exc).strip()[:300]}"
     phases.mark("compiled_baseline")
@@ -164,16 +164,16 @@ def evaluate(harness: Any, request: dict[str, Any]) -> dict[str, Any]:
         k = trial % len(timing_sets)
         trial += 1
         inputs = timing_sets[k][0]
-        elapsed, out = _timed(flush, lambda: fn(*inputs))
+        elapsed, out = timed(flush, lambda: fn(*inputs))
         times.append(elapsed)
         outputs[k] = out
         if len(reference_times) < timing["min_reference_repeats"] or spent < reference_budget_s * 1e3:
-            elapsed, _ = _timed(flush, lambda: baseline(inputs))
+            elapsed, _ = timed(flush, lambda: baseline(inputs))
             reference_times.append(elapsed)
             spent += elapsed
         if compiled is not None and (len(compiled_times) < timing["min_reference_repeats"]
                                      or compiled_spent < reference_budget_s * 1e3):
-            elapsed, _ = _timed(flush, lambda: compiled(inputs))
+            elapsed, _ = timed(flush, lambda: compiled(inputs))
             compiled_times.append(elapsed)
             compiled_spent += elapsed
     for k, (inputs, reference) in enumerate(timing_sets):
@@ -247,7 +247,9 @@ def timing_done(times: list[float], timing: dict[str, Any]) -> bool:
     return statistics.stdev(times) / len(times) ** 0.5 / statistics.mean(times) < timing["target_rse"]
 
 
-def _timed(flush: torch.Tensor, call) -> tuple[float, Any]:
+def timed(flush: torch.Tensor, call) -> tuple[float, Any]:
+    """(milliseconds, result) of one `call`, timed with CUDA events after `flush` (a buffer larger than L2) is
+    overwritten, so the call starts from a cold L2 as every timed call of the protocol does."""
     flush.zero_()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
