@@ -191,7 +191,7 @@ def test_the_expert_fuses_each_pointwise_chain_into_one_generated_kernel():
     assert "pointwise_kernel_0" in fused and "pointwise_kernel_1" not in fused
     assert "at::relu(" not in fused and " * 0.5" not in fused.split("forward(")[1]  # all three ops are in the kernel
     assert "v = max_nan(v, 0.0f);" in fused and "v = (v * 0.5f);" in fused
-    assert "v = (v + o0[u]);" in fused
+    assert "v = (v + o0[u].v[e]);" in fused
     assert "pointwise_0(" in fused and ", {bias});" in fused
     assert LibrariesPytorch(None).check_source(fused, "cuda") is None and hack_in_source(fused, "float32") is None
 
@@ -274,13 +274,13 @@ def test_a_chain_runs_through_the_second_operand_of_a_binary_operator(tmp_path):
     [template] = w.templates(task, "cuda")
     fused = template.render({"fuse_pointwise": True})
     assert "pointwise_kernel_1" not in fused and "at::sigmoid" not in fused
-    assert "v = (o0[u] * v);" in fused and "pointwise_0(x, {x})" in fused
+    assert "v = (o0[u].v[e] * v);" in fused and "pointwise_0(x, {x})" in fused
 
     softsign = one_task_checkout(tmp_path / "softsign", 1, "1_Softsign", init="pass",
                                  forward="return x / (1 + torch.abs(x))", inputs="torch.rand(4, 8)")
     [template] = softsign.templates(softsign.tasks()[0], "cuda")
     fused = template.render({"fuse_pointwise": True})
-    assert "v = (o0[u] / v);" in fused and "pointwise_0(x, {x})" in fused  # x / chain, not chain / x
+    assert "v = (o0[u].v[e] / v);" in fused and "pointwise_0(x, {x})" in fused  # x / chain, not chain / x
 
 
 def test_a_model_whose_constructor_reads_values_is_still_analysed(tmp_path):
@@ -364,7 +364,10 @@ def emulated_on_the_cpu(source: str) -> str:
         "struct dim3 { unsigned x, y, z; dim3(unsigned x = 1, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {} };\n"
         "static dim3 blockIdx, threadIdx, gridDim, blockDim;\n"
         "#define __global__\n#define __device__\n#define __forceinline__ inline\n#define __restrict__\n"
-        "#define C10_CUDA_KERNEL_LAUNCH_CHECK()\n"
+        "#define C10_CUDA_KERNEL_LAUNCH_CHECK()\nusing cudaStream_t = int;\n"
+        "struct float4 { float x, y, z, w; };\n"
+        "inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }\n"
+        "template <class T> void __stcs(T* p, T value) { *p = value; }\n"
         "template <class F> void launch(dim3 grid, dim3 block, F kernel) {\n"
         "    gridDim = grid; blockDim = block;\n"
         "    for (blockIdx.y = 0; blockIdx.y < grid.y; ++blockIdx.y) for (blockIdx.x = 0; blockIdx.x < grid.x; ++blockIdx.x)\n"
@@ -372,7 +375,8 @@ def emulated_on_the_cpu(source: str) -> str:
         "        kernel();\n}\n"
     )
     source = re.sub(r"#include <c10/cuda/\w+\.h>\n", "", source).replace("input.is_cuda()", "true")
-    source, launches = re.subn(r"(\w+)<<<(\w+\(\w+\)), (\w+\(\w+\)), 0, [\w:]+\(\)>>>\((.*?)\);",
+    source = source.replace("c10::cuda::getCurrentCUDAStream()", "0")
+    source, launches = re.subn(r"(\w+(?:<\d+>)?)<<<(\w+\([^()]*\)), (\w+\([^()]*\)), 0, \w+>>>\((.*?)\);",
                                r"launch(\2, \3, [&] { \1(\4); });", source, flags=re.S)
     assert launches, "no kernel launch found"
     return prelude + source
@@ -488,54 +492,28 @@ def test_recurrent_layers_concatenation_and_indexing_translate_and_compute_the_r
         torch.testing.assert_close(extension.forward(*inputs, *state), model(*inputs))
 
 
-EMULATION = """
-#include <torch/extension.h>
-#include <algorithm>
-#include <cmath>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-struct dim3 {
-    unsigned x, y, z;
-    dim3(unsigned x = 1, unsigned y = 1, unsigned z = 1) : x(x), y(y), z(z) {}
-};
-static dim3 blockIdx, threadIdx, blockDim, gridDim;
-template <class Kernel, class... Args>
-void launch(Kernel kernel, dim3 grid, dim3 block, Args... args) {  // every thread in turn: the kernel has no barrier
-    gridDim = grid;
-    blockDim = block;
-    for (blockIdx.y = 0; blockIdx.y < grid.y; ++blockIdx.y)
-        for (blockIdx.x = 0; blockIdx.x < grid.x; ++blockIdx.x)
-            for (threadIdx.y = 0; threadIdx.y < block.y; ++threadIdx.y)
-                for (threadIdx.x = 0; threadIdx.x < block.x; ++threadIdx.x) kernel(args...);
-}
-"""
-
-
 @pytest.mark.timeout(600)  # one g++ build against torch's headers
-def test_the_fused_kernel_computes_its_chain_at_sizes_that_fill_no_unroll_emulated_on_the_cpu(tmp_path):
-    """The generated kernel, compiled for the CPU with every CUDA thread run in turn: sigmoid, times a broadcast
-    operand, + 0.5, clamp, against PyTorch, for a long row (grid-stride loop, unrolled loads, a tail) and for
-    short rows (several rows per block)."""
+def test_the_fused_kernel_computes_its_chain_on_both_paths_emulated_on_the_cpu(tmp_path):
+    """The generated kernel, compiled for the CPU with every CUDA thread run in turn: sigmoid, times an operand,
+    + 0.5, clamp, against PyTorch. The 16-byte path (rows a multiple of 4 long): an operand along the row, one
+    broadcast along it, several rows per block; the one-float path: an odd row with an unrolled tail, a single
+    element, and an operand whose data is not 16-byte aligned."""
     from torch.utils.cpp_extension import load_inline
 
     from hiera_plugins.kernelbench import fusion
 
     steps = [fusion.Step(fusion.UNARY_C["sigmoid"]), fusion.Step("({v} * {t0})", ("operand",)),
              fusion.Step("({v} + 0.5f)"), fusion.Step(fusion.parametric("clamp", {"min": -0.2, "max": 0.9}))]
-    prelude = "\n".join(line for line in fusion.PRELUDE.splitlines() if "#include <c10/cuda/" not in line)
-    kernel = (fusion.kernel_source(0, steps)
-              .replace("input.is_cuda() && ", "")
-              .replace("pointwise_kernel_0<<<grid_of(layout), block_of(layout), 0, c10::cuda::getCurrentCUDAStream()>>>(",
-                       "launch(pointwise_kernel_0, grid_of(layout), block_of(layout), ")
-              .replace("C10_CUDA_KERNEL_LAUNCH_CHECK();", ""))
-    assert "launch(pointwise_kernel_0" in kernel and "<<<" not in kernel
-    module = load_inline("fused_emulation", cpp_sources=[EMULATION + prelude + kernel], functions=["pointwise_0"],
+    source = emulated_on_the_cpu(fusion.PRELUDE + fusion.kernel_source(0, steps))
+    assert "launch(grid_of(layout, 4), block_of(layout, 4), [&] { pointwise_kernel_0<4>(" in source
+    module = load_inline("fused_emulation", cpp_sources=[source], functions=["pointwise_0"],
                          build_directory=str(tmp_path), extra_cflags=["-O1"])
     torch.manual_seed(0)
-    for shape, operand_shape in (((2, 1_000_003), (1_000_003,)), ((3, 37, 5), (37, 1)), ((7,), ())):
-        x, operand = torch.randn(shape), torch.randn(operand_shape)
+    misaligned = torch.randn(4097)[1:]  # 4 bytes past a 16-byte boundary
+    cases = [((4, 100_000), torch.randn(100_000)), ((3, 64, 8), torch.randn(64, 1)), ((2, 1_000_003), torch.randn(1_000_003)),
+             ((3, 37, 5), torch.randn(37, 1)), ((7,), torch.randn(())), ((2, 4096), misaligned)]
+    for shape, operand in cases:
+        x = torch.randn(shape)
         want = torch.clamp(torch.sigmoid(x) * operand + 0.5, -0.2, 0.9)
         got = module.pointwise_0(x, [operand])
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), (shape, (got - want).abs().max())

@@ -89,34 +89,43 @@ def kernel_source(index: int, steps: list[Step]) -> str:
     for step in steps:
         names = {}
         for tensor in step.tensors:
-            names[f"t{len(names)}"] = f"o{len(operands)}[u]"
+            names[f"t{len(names)}"] = f"o{len(operands)}[u].v[e]"
             operands.append(tensor)
-        body.append(f"                    v = {step.expression.format(v='v', **names)};")
+        body.append(f"                        v = {step.expression.format(v='v', **names)};")
     refs = "".join(f"    const Operand& a{k} = layout.operands[{k}];\n" for k in range(len(operands)))
     bases = "".join(f"        const int64_t base{k} = row_offset(row, layout, a{k});\n" for k in range(len(operands)))
     arrays = "".join(f", o{k}[UNROLL]" for k in range(len(operands)))
-    loads = "".join(f"\n                    o{k}[u] = a{k}.data[base{k} + j * a{k}.inner];" for k in range(len(operands)))
+    loads = "".join(f"\n                    o{k}[u] = load_pack<VEC>(a{k}.data + base{k} + j * VEC * a{k}.inner, a{k}.inner);"
+                    for k in range(len(operands)))
     lines = "\n".join(body)
+    launch = "pointwise_kernel_{i}<{n}><<<grid_of(layout, {n}), block_of(layout, {n}), 0, stream>>>(in, out_data, layout);"
     return f"""
+template <int VEC>
 __global__ void pointwise_kernel_{index}(const float* __restrict__ x, float* __restrict__ out, const Layout layout) {{
-{refs}    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+{refs}    const int64_t chunks = layout.inner / VEC;  // of VEC consecutive elements of a row
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t row = blockIdx.y * (int64_t)blockDim.y + threadIdx.y; row < layout.rows; row += (int64_t)gridDim.y * blockDim.y) {{
-{bases}        for (int64_t j0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j0 < layout.inner; j0 += UNROLL * stride) {{
-            float xs[UNROLL]{arrays};
+{bases}        for (int64_t j0 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j0 < chunks; j0 += UNROLL * stride) {{
+            Pack<VEC> xs[UNROLL]{arrays};
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {{  // all loads first: UNROLL of each in flight per thread
                 const int64_t j = j0 + u * stride;
-                if (j < layout.inner) {{
-                    xs[u] = x[row * layout.inner + j];{loads}
+                if (j < chunks) {{
+                    xs[u] = load_pack<VEC>(x + row * layout.inner + j * VEC, 1);{loads}
                 }}
             }}
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {{
                 const int64_t j = j0 + u * stride;
-                if (j < layout.inner) {{
-                    float v = xs[u];
+                if (j < chunks) {{
+                    Pack<VEC> result;
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) {{
+                        float v = xs[u].v[e];
 {lines}
-                    out[row * layout.inner + j] = v;
+                        result.v[e] = v;
+                    }}
+                    store_pack<VEC>(out + row * layout.inner + j * VEC, result);
                 }}
             }}
         }}
@@ -130,8 +139,13 @@ at::Tensor pointwise_{index}(const at::Tensor& input, const std::vector<at::Tens
     at::Tensor out = at::empty_like(x);
     if (x.numel() == 0) return out;
     const Layout layout = layout_of(x, operands);
-    pointwise_kernel_{index}<<<grid_of(layout), block_of(layout), 0, c10::cuda::getCurrentCUDAStream()>>>(
-        x.data_ptr<float>(), out.data_ptr<float>(), layout);
+    const float* in = x.data_ptr<float>();
+    float* out_data = out.data_ptr<float>();
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    if (vectorisable(layout, {len(operands)}, in, out_data))
+        {launch.format(i=index, n=4)}
+    else
+        {launch.format(i=index, n=1)}
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
 }}
@@ -202,13 +216,14 @@ Layout layout_of(const at::Tensor& x, const std::vector<at::Tensor>& operands) {
     return layout;
 }
 
-// 256 threads: along the row, as many warps as it fills (up to all 8); the rest take further rows.
-dim3 block_of(const Layout& layout) {
-    const int64_t along = std::min<int64_t>(256, (layout.inner + 31) / 32 * 32);
+// 256 threads: along the row (in chunks of `vec` elements), as many warps as it fills (up to all 8); the rest
+// take further rows.
+dim3 block_of(const Layout& layout, int vec) {
+    const int64_t along = std::min<int64_t>(256, (layout.inner / vec + 31) / 32 * 32);
     return dim3(static_cast<unsigned>(along), static_cast<unsigned>(256 / along));
 }
 
-// Each thread walks PER_THREAD elements of its row or more. A row's operand offsets take a division and a
+// Each thread walks PER_THREAD chunks of its row or more. A row's operand offsets take a division and a
 // modulo per outer dimension, issued once per warp and row: with one element per thread they were the
 // kernel's cost (level 2 task 1 on the H200: 1.35 ms slower than the two ATen ops it replaced).
 constexpr int64_t PER_THREAD = 16;
@@ -216,10 +231,10 @@ constexpr int64_t PER_THREAD = 16;
 // on the H200: 7.08 ms for one read and one write of 6.4 GB, 1.8 TB/s).
 constexpr int UNROLL = 4;
 
-dim3 grid_of(const Layout& layout) {
-    const dim3 block = block_of(layout);
+dim3 grid_of(const Layout& layout, int vec) {
+    const dim3 block = block_of(layout, vec);
     const int64_t along = block.x * PER_THREAD;
-    return dim3(static_cast<unsigned>(std::min<int64_t>((layout.inner + along - 1) / along, 1024)),
+    return dim3(static_cast<unsigned>(std::min<int64_t>((layout.inner / vec + along - 1) / along, 1024)),
                 static_cast<unsigned>(std::min<int64_t>((layout.rows + block.y - 1) / block.y, 65535)));
 }
 
@@ -243,5 +258,49 @@ __device__ __forceinline__ int64_t row_offset(int64_t row, const Layout& layout,
         row /= layout.size[d];
     }
     return offset;
+}
+
+// VEC consecutive floats, loaded and stored in one access: 16 bytes where VEC is 4. Four-byte accesses, four
+// in flight per thread, moved 3.0 TB/s where ATen's vectorised kernels move 4.15 (the pure-CUDA ReLU of level 1
+// task 19 on the H200: 4.27 ms against eager's 3.10 ms for 12.9 GB).
+template <int VEC>
+struct alignas(4 * VEC) Pack {
+    float v[VEC];
+};
+
+// VEC values `inner` apart from `p`: one access where they are consecutive (`vectorisable` checked the
+// alignment), one per value otherwise (0 apart: a value broadcast along the row).
+template <int VEC>
+__device__ __forceinline__ Pack<VEC> load_pack(const float* p, int64_t inner) {
+    if (VEC > 1 && inner == 1) return *reinterpret_cast<const Pack<VEC>*>(p);
+    Pack<VEC> pack;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) pack.v[e] = p[e * inner];
+    return pack;
+}
+
+// A streaming store (written once, not read again here): a plain store of the Pack became four 4-byte stores in
+// half of the unrolled iterations (nvcc 13.0, sm_90).
+template <int VEC>
+__device__ __forceinline__ void store_pack(float* p, const Pack<VEC>& pack) {
+    if constexpr (VEC == 4) {
+        __stcs(reinterpret_cast<float4*>(p), make_float4(pack.v[0], pack.v[1], pack.v[2], pack.v[3]));
+    } else {
+        *p = pack.v[0];
+    }
+}
+
+// Whether the 16-byte accesses are sound: rows a multiple of 4 long, and every such access aligned.
+bool vectorisable(const Layout& layout, int operands, const float* x, const float* out) {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (layout.inner % 4 != 0 || !aligned(x) || !aligned(out)) return false;
+    for (int k = 0; k < operands; ++k) {
+        const Operand& a = layout.operands[k];
+        if (a.inner != 1) continue;  // loaded a value at a time
+        if (!aligned(a.data)) return false;
+        for (int d = 0; d < layout.outer_dims; ++d)
+            if (a.stride[d] % 4 != 0) return false;
+    }
+    return true;
 }
 """
