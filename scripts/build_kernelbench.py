@@ -3,9 +3,10 @@
 pure-CUDA candidate where the chain is the whole forward); a task
 without a seed gets a trivial candidate (the declared function, raising), so every contract is checked.
 Builds go exactly as the cuda evaluator's (isolated process, content-addressed cache). Prints one line per
-build and a summary; exit code 1 if any build failed.
+build and a summary; exit code 1 if any build failed. With --write DIR, each source also goes to
+DIR/<level>--<task>--<kind>.cu, to be timed on a GPU with `hiera eval` (docs/kernelbench.md).
 
-    python scripts/build_kernelbench.py --root ~/KernelBench --level 2 --tasks 1-20 --workers 2
+    python scripts/build_kernelbench.py --root ~/KernelBench --level 2 --tasks 1-20 --workers 2 [--write DIR]
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def main() -> int:
     parser.add_argument("--tasks", default="")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "hiera" / "cuda-builds"))
+    parser.add_argument("--write", default="", help="also write each source to DIR/<level>--<task>--<kind>.cu")
     args = parser.parse_args()
 
     workload = KernelBench(KernelBenchConfig(root=args.root, level=args.level, tasks=args.tasks))
@@ -66,6 +68,9 @@ def main() -> int:
             sources = {"trivial": trivial_candidate(workload.analysis(task))}
         contract = workload.contract(task, "cuda")
         for kind, source in sources.items():
+            if args.write:
+                Path(args.write).mkdir(parents=True, exist_ok=True)
+                (Path(args.write) / f"{args.level}--{task.name}--{kind.replace(' ', '-')}.cu").write_text(source)
             candidate = Candidate(id=f"{task.name}-{kind}", source=source, space="libraries_pytorch", round=0)
             jobs.append((task.name, kind, len(re.findall(r"__global__ void pointwise_kernel_", source)), EvalJob(
                 candidate=candidate, task=task, contract=contract, arch="cuda", space_rank=2,
