@@ -6,7 +6,8 @@ the best by `min_gain` is halved; the space is the most controlled allowed space
 uses and offers a move in the top direction.
 SPA: the first (most promising) strategy of that direction's catalogue for the space its template
 knobs belong to. OA: the workload's templates, moving the knobs that belong
-to the direction from the best parents' parameters, one knob at a time, then in pairs; parents far
+to the direction from the best parents' parameters, one knob at a time, then in pairs (a pair whose
+direction's knob does not shape the kernel is the other knob's move, not the direction's); parents far
 slower than the best come last.
 """
 
@@ -135,8 +136,10 @@ class ExpertBackend:
                 for parent in group:
                     for template in templates:
                         base = _base_params(template, parent, rank, space)
-                        for params in _neighbours(template, base, direction, rank, space, paired):
+                        for params, own in _neighbours(template, base, direction, rank, space, paired):
                             source = template.render(params)
+                            if source == template.render({**params, own: base[own]}):
+                                continue  # the direction's own knob does not shape this kernel: not its move
                             if source not in tried and source not in seen:
                                 seen.add(source)
                                 yield template, params, parent.id if parent else None
@@ -174,7 +177,8 @@ def _base_params(template: Template, parent: Candidate | None, rank: dict[str, i
     }
 
 
-def _neighbours(template, base, direction, rank, space, pairs) -> Iterator[dict[str, Any]]:
+def _neighbours(template, base, direction, rank, space, pairs) -> Iterator[tuple[dict[str, Any], str]]:
+    """(params, the direction's knob they change): each own knob moved alone, or with one other knob."""
     admissible = [n for n, k in template.knobs.items() if rank[k.space] <= rank[space]]
     own = [n for n in admissible if template.knobs[n].direction == direction]
     for name in own:
@@ -182,14 +186,14 @@ def _neighbours(template, base, direction, rank, space, pairs) -> Iterator[dict[
             if value == base[name]:
                 continue
             if not pairs:
-                yield {**base, name: value}
+                yield {**base, name: value}, name
                 continue
             for other in admissible:
                 if other == name:
                     continue
                 for other_value in template.knobs[other].values:
                     if other_value != base[other]:
-                        yield {**base, name: value, other: other_value}
+                        yield {**base, name: value, other: other_value}, name
 
 
 def _round_robin(streams: list[Iterator]) -> Iterator:

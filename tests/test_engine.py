@@ -283,3 +283,22 @@ def test_the_expert_refines_the_best_kernel_before_a_far_slower_parent(tmp_path)
     moves = list(itertools.islice(session.backend._moves(context, "M", "pure_cuda"), 6))
     assert {parent for _, _, parent in moves} == {"ring"}
     assert any(params == {**ring[0].params, "vector_loads": True, "boundary": "split"} for _, params, _ in moves)
+
+
+def test_a_pair_move_belongs_to_a_direction_only_when_the_directions_knob_shapes_the_kernel(tmp_path):
+    """Round 2 of the radius-4 run on the H200 (2026-11-30), direction P from the ring: its fastest candidate was
+    `block=64x4` (a P knob the ring does not use) with 16-byte loads, so the ring with 16-byte loads, an M move,
+    reported as P's. Now every P move from the ring changes the ring's own P knob, its thread count."""
+    config = load_config(tmp_path, environ={}, cli={"arch": "host"}, overrides=["workload.stencil2d.host_n=48"])
+    session = Session.create(config, make_plugin_manager())
+    [template] = session.workload.templates(session.task, "cuda")
+    params = {**template.defaults(), "tiling": "ring"}
+    ring = records.Candidate(id="ring", source=template.render(params), space="pure_cuda", round=1,
+                             origin=template.describe(params), params=params)
+    history = [(ring, records.Measured(latency_ms=0.866, latency_p10_ms=0.866, latency_p90_ms=0.866, repeats=1,
+                                       reference_latency_ms=170.0, max_abs_error=0))]
+    context = {"parents": [ring], "history": history, "task": session.task, "arch": "cuda",
+               "allowed_spaces": [s.name for s in session.spaces]}
+    moves = list(session.backend._moves(context, "P", "pure_cuda"))
+    assert moves and all(p["ring_threads"] != 128 for _, p, _ in moves if p["tiling"] == "ring")
+    assert not any(p == {**params, "block": "64x4", "vector_loads": True} for _, p, _ in moves)
