@@ -7,10 +7,13 @@ or as shared-memory broadcasts (WSMEM). `fused2` (with --fused or --only-fused):
 (temporal blocking; the intermediate grid is zero outside the n x n grid, as between two launches).
 `gather` (with --gather, beside the template's ring): each lane owns W adjacent outputs and gathers them from
 the input rows it needs in a warp-private ring (FastStencil's layout; sweep 6, slower than the ring).
+`dmma` (with --dmma, beside the template's ring): FP64 tensor cores, 8 x 8 output tiles as banded-matrix
+products (mma.m8n8k4), streamed through a shared-memory ring of 4-row chunks (not yet run on a GPU; checked
+on the CPU by an emulation of its source).
 Each variant is checked against a CuPy shifted-add FP64 reference (applied twice for fused2) at n and at
 n = 1002, then timed (median of CUDA-event times over back-to-back launches). Prints the measured copy
 floor and one line per variant, fastest per step first; writes every row to --json.
-Usage: python scripts/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused | --gather]
+Usage: python scripts/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused | --gather | --dmma]
 """
 
 from __future__ import annotations
@@ -22,8 +25,12 @@ import os
 import subprocess
 import time
 
-import cupy as cp
 import numpy as np
+
+try:
+    import cupy as cp
+except ImportError:  # the kernel sources are importable without it (tests/test_stencil_explorer.py)
+    cp = None
 
 SOURCE = r"""
 #define R {R}
@@ -588,6 +595,151 @@ extern "C" __global__ void __launch_bounds__(32 * NW, MINB) stencil(const double
 """
 
 
+DMMA_SOURCE = r"""
+#define R {R}
+#define K (2 * R + 1)
+#define NW {NW}
+#define TX {TX}
+#define H {H}
+#define SC {SC}
+#define PADW {PADW}
+#define MINB {MINB}
+#define HX (R + (R & 1))
+#define NC ((8 + 2 * R + 3) / 4)
+#define WT (8 * TX * NW)
+#define WS0 (WT + 2 * HX)
+#define WS (PADW ? WS0 + ((4 - WS0 % 16) + 16) % 16 : WS0)
+#define PAIRS (4 * WS0 / 2)
+#define T (H / 8)
+
+// FP64 tensor cores (DMMA, mma.m8n8k4). A warp owns TX tiles of 8 x 8 outputs side by side and walks down a
+// strip of H output rows, 8 rows (one tile row) at a time. For a tile whose first output row is y0,
+//     C = sum over dx of  A_dx . B_dx,   A_dx[i][k] = w[k - i][dx] (0 <= k - i <= 2R, else 0), 8 x 4NC,
+//     B_dx[k][j] = in[y0 - R + k][x + j + dx - R],
+// split along k into NC chunks of 4 input rows: NC * K DMMAs per tile, the A fragments (weights) held in
+// registers for the whole kernel. Chunk c of tile t is chunk c - 2 of tile t + 1, so the block streams
+// chunks of 4 input rows through an SC-chunk shared-memory ring (cp.async) and each chunk's B fragments
+// (one 8-byte load per lane and dx) serve the two tiles that read it.
+// Fragments (PTX ISA, mma.m8n8k4 .f64): lane = 4 g + q; A: row g, col q; B: row q, col g;
+// C: row g, cols 2q, 2q + 1.
+__constant__ double c_w[K * K];
+
+__device__ __forceinline__ void dmma(double& d0, double& d1, double a, double b) {{
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {{%0, %1}}, {{%2}}, {{%3}}, {{%0, %1}};\n"
+        : "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
+}}
+
+__device__ __forceinline__ void cp_async16(double* smem, const double* gmem, int bytes) {{
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}}
+
+// The copies of one thread: pair k (columns x, x + 1 of row r of a chunk) is pair threadIdx.x + k * 32 NW of
+// the chunk; where it lands in a ring slot, where it comes from relative to the chunk's first input row, and
+// how many of its bytes are inside the grid's columns. Fixed for the whole strip.
+#define LOADS ((PAIRS + 32 * NW - 1) / (32 * NW))
+struct Copies {{
+    int dst[LOADS], src[LOADS], r[LOADS], bytes[LOADS];
+}};
+
+__device__ __forceinline__ Copies copies(int n, int xb) {{
+    Copies c;
+#pragma unroll
+    for (int k = 0; k < LOADS; ++k) {{
+        const int p = threadIdx.x + k * 32 * NW, r = p / (WS0 / 2), c2 = p % (WS0 / 2), x = xb - HX + 2 * c2;
+        c.r[k] = p < PAIRS ? r : 4;  // 4: no pair
+        c.dst[k] = r * WS + 2 * c2;
+        c.src[k] = r * n + x;
+        c.bytes[k] = x >= 0 && x < n ? (x + 1 < n ? 16 : 8) : 0;
+    }}
+    return c;
+}}
+
+// Chunk j of the strip (input rows ys - R + 4 j .. + 3) into ring slot j % SC, zero outside the grid; one
+// commit group per chunk, also when there is nothing left to copy.
+__device__ __forceinline__ void issue(const double* __restrict__ in, double* ring, int n, int ys, int j, const Copies& c) {{
+    if (j < 2 * T + NC - 2) {{
+        double* dst = ring + (j % SC) * 4 * WS;
+        const int i0 = ys - R + 4 * j;
+        const double* base = in + (long long)i0 * n;
+#pragma unroll
+        for (int k = 0; k < LOADS; ++k)
+            if (c.r[k] < 4) {{
+                const int i = i0 + c.r[k];
+                const int bytes = i >= 0 && i < n ? c.bytes[k] : 0;
+                cp_async16(dst + c.dst[k], bytes ? base + c.src[k] : in, bytes);
+            }}
+    }}
+    asm volatile("cp.async.commit_group;\n" ::);
+}}
+
+// Iteration t reads chunks 2t and 2t + 1: tile t's chunks 0 and 1, tile t - 1's chunks 2 and 3 (when NC = 4);
+// tile t lives in acc[CUR], CUR = t & 1 a template argument so that every register index is a constant.
+template <int CUR>
+__device__ __forceinline__ void step(const double* __restrict__ in, double* __restrict__ out, double* ring, int n,
+                                     int xb, int ys, int t, const double (&a)[NC][K], double (&acc)[2][TX][2], const Copies& cp) {{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    constexpr int PREV = CUR ^ 1;
+#pragma unroll
+    for (int tx = 0; tx < TX; ++tx) acc[CUR][tx][0] = acc[CUR][tx][1] = 0.0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {{
+        const int j = 2 * t + h;
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(SC - 2));
+        __syncthreads();
+        issue(in, ring, n, ys, j + SC - 1, cp);
+        const double* rows = ring + (j % SC) * 4 * WS + q * WS + warp * 8 * TX + g + HX - R;
+#pragma unroll
+        for (int tx = 0; tx < TX; ++tx)
+#pragma unroll
+            for (int dx = 0; dx < K; ++dx) {{
+                const double b = rows[tx * 8 + dx];
+                if (t < T) dmma(acc[CUR][tx][0], acc[CUR][tx][1], a[h][dx], b);
+                if (t > 0 && h + 2 < NC) dmma(acc[PREV][tx][0], acc[PREV][tx][1], a[h + 2][dx], b);
+            }}
+    }}
+    if (t > 0) {{  // tile t - 1 is complete
+        const int y = ys + 8 * (t - 1) + g;
+        if (y < n)
+#pragma unroll
+            for (int tx = 0; tx < TX; ++tx) {{
+                const int x = xb + (warp * TX + tx) * 8 + 2 * q;
+                double* o = out + (size_t)y * n + x;
+                if (x + 1 < n && n % 2 == 0) *reinterpret_cast<double2*>(o) = make_double2(acc[PREV][tx][0], acc[PREV][tx][1]);
+                else {{
+                    if (x < n) o[0] = acc[PREV][tx][0];
+                    if (x + 1 < n) o[1] = acc[PREV][tx][1];
+                }}
+            }}
+    }}
+}}
+
+extern "C" __global__ void __launch_bounds__(32 * NW, MINB)
+stencil(const double* __restrict__ in, double* __restrict__ out, int n) {{
+    extern __shared__ __align__(16) double ring[];
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int xb = blockIdx.x * WT, ys = blockIdx.y * H;
+    double a[NC][K];
+#pragma unroll
+    for (int c = 0; c < NC; ++c)
+#pragma unroll
+        for (int dx = 0; dx < K; ++dx) {{
+            const int dy = 4 * c + q - g;
+            a[c][dx] = dy >= 0 && dy <= 2 * R ? c_w[dy * K + dx] : 0.0;
+        }}
+    double acc[2][TX][2];
+#pragma unroll
+    const Copies cp = copies(n, xb);
+#pragma unroll
+    for (int j = 0; j < SC - 1; ++j) issue(in, ring, n, ys, j, cp);
+    for (int t = 0; t <= T; t += 2) {{
+        step<0>(in, out, ring, n, xb, ys, t, a, acc, cp);
+        if (t + 1 <= T) step<1>(in, out, ring, n, xb, ys, t + 1, a, acc, cp);
+    }}
+}}
+"""
+
+
 def reference(field: cp.ndarray, weights: np.ndarray) -> cp.ndarray:
     n, k = field.shape[0], weights.shape[0]
     r = k // 2
@@ -623,6 +775,7 @@ def main() -> None:
     parser.add_argument("--fused", action="store_true", help="also run the two-steps-in-one-pass family fused2")
     parser.add_argument("--only-fused", action="store_true", help="run only the fused2 family")
     parser.add_argument("--gather", action="store_true", help="run the gather family and the template's ring")
+    parser.add_argument("--dmma", action="store_true", help="run the FP64 tensor-core family and the template's ring")
     parser.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "explore.json"))
     args = parser.parse_args()
     n, r = args.n, args.radius
@@ -660,6 +813,11 @@ def main() -> None:
                      for sh in (0, 1) if not sh or (pf == 1 and nw == 2 and h == 128)]
         variants += [{"kind": "gather", "W": 4, "NW": 4, "BX": 128, "H": 128, "Y": 2, "P": pf, "S": 2 * r + (pf + 1) * 2,
                       "PADD": 2, "SH": 0, "MINB": 1} for pf in (1, 2)]
+    elif args.dmma:  # sweep 7: FP64 tensor cores; W is the 8-column tiles per warp, BX the threads per block
+        variants = [{"kind": "ring", "W": 2, "BX": 128, "H": 120, "S": 4, "RB": 1, "WSMEM": 0, "WREG": 0, "MINB": 1,
+                     "L2HINT": 1, "STCS": 0}]
+        variants += [{"kind": "dmma", "W": tx, "NW": nw, "BX": 32 * nw, "H": h, "S": sc, "PADW": pad, "MINB": 1}
+                     for nw in (2, 4, 8) for tx in (2, 4) for h in (64, 128) for sc in (3, 4) for pad in (0, 1)]
     elif args.only_fused:
         variants = fused_variants
     elif fused:
@@ -672,7 +830,10 @@ def main() -> None:
         extra = {}
         if p["kind"] == "ring":  # unrolled over UG groups of RB rows: a multiple of the K + RB - 1 accumulator rows
             extra["UG"] = (k + p["RB"] - 1) // math.gcd(k + p["RB"] - 1, p["RB"])
-        source = {"ldg": SOURCE, "ring": RING_SOURCE, "fused2": FUSED_SOURCE, "gather": GATHER_SOURCE}[p["kind"]].format(R=r, **p, **extra)
+        if p["kind"] == "dmma":
+            extra = {"TX": p["W"], "SC": p["S"]}
+        sources = {"ldg": SOURCE, "ring": RING_SOURCE, "fused2": FUSED_SOURCE, "gather": GATHER_SOURCE, "dmma": DMMA_SOURCE}
+        source = sources[p["kind"]].format(R=r, **p, **extra)
         module = cp.RawModule(code=source, options=("-std=c++17",))
         kernel = module.get_function("stencil")
         steps = 2 if p["kind"] == "fused2" else 1
@@ -690,6 +851,11 @@ def main() -> None:
             last = 32 * p["W"] + 2 * hx - 1
             rowlen = (last + last // p["W"] * p["PADD"] + 2) // 2 * 2
             shared = 8 * p["NW"] * p["S"] * rowlen
+        elif p["kind"] == "dmma":  # SC chunks of 4 rows of WS doubles (DMMA_SOURCE's sizes)
+            tile_x = 8 * p["W"] * p["NW"]
+            ws = tile_x + 2 * hx
+            ws += ((4 - ws % 16) + 16) % 16 if p["PADW"] else 0
+            shared = 8 * p["S"] * 4 * ws
         if shared:
             kernel.max_dynamic_shared_size_bytes = shared
         build_s = time.perf_counter() - t0
