@@ -6,8 +6,9 @@ the cuda evaluator's build (its cache and flags): one step per launch, and two s
 timed with CUDA events; the per-step time is that over S. The floor beside it is one step's memory traffic: a
 copy of the grid (one read, one write), measured here. Correctness: the two kernels' S-step results agree
 (relative to the largest value); each matches the harness's CuPy FP64 reference at n = 1002 for S steps, and
-at n for `--check-steps` steps (the reference takes ~20 ms a step at n = 10240). Prints one line per kernel and
-writes them to --json.
+at n for `--check-steps` steps (the reference takes ~20 ms a step at n = 10240). Prints one line per kernel,
+with the SM clock nvidia-smi sampled during its timed call (a long FP64 run may lower it), and writes them to
+--json.
 
     source .whl/setup-device.sh && python3 scripts/time_stencil_steps.py [--n 10240] [--steps 10240] [--radius 3]
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -51,6 +54,29 @@ def built(session: Session, params: dict, workdir: Path):
     if result.library is None:
         raise SystemExit(f"{candidate.origin}: the build failed\n{result.log[-3000:]}")
     return candidate.origin, load_candidate(str(result.library))
+
+
+def with_clocks(call):
+    """(call(), the GPU's SM clock in MHz and power in W as min / median / max of nvidia-smi's samples every
+    100 ms while it ran), or the reason there are none in place of the figures."""
+    try:
+        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+        smi = subprocess.Popen(["nvidia-smi", "-i", uuid if uuid.startswith("GPU-") else f"GPU-{uuid}", "-lms", "100",
+                                "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    except (OSError, RuntimeError, AssertionError) as error:
+        return call(), {"error": f"no clock samples: {error}"}
+    try:
+        result = call()
+    finally:
+        smi.terminate()
+        out = smi.communicate(timeout=10)[0]
+    try:
+        samples = [[float(v) for v in line.split(",")] for line in out.splitlines() if line.strip()]
+        return result, {what: [min(values), statistics.median(values), max(values)]
+                        for what, values in zip(("sm_mhz", "power_w"), zip(*samples))} | {"samples": len(samples)}
+    except ValueError:
+        return result, {"error": f"no clock samples: {out.strip()[-300:]}"}
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -92,7 +118,7 @@ def main() -> None:
     rows, results = [], {}
     for name, (origin, module) in kernels.items():
         module.forward(field, w, 2)  # warm up
-        ms, results[name] = timed(flush, lambda: module.forward(field, w, args.steps))
+        (ms, results[name]), clocks = with_clocks(lambda: timed(flush, lambda: module.forward(field, w, args.steps)))
         small = inputs(1002)
         errors = {
             f"n=1002, {args.steps} steps": relative_error(module.forward(*small, args.steps),
@@ -103,7 +129,7 @@ def main() -> None:
         }
         rows.append({"kernel": name, "origin": origin, "n": args.n, "radius": args.radius, "steps": args.steps,
                      "ms": ms, "ms_per_step": ms / args.steps, "copy_floor_ms": floor_ms,
-                     "floor_over_per_step": floor_ms / (ms / args.steps), "relative_errors": errors})
+                     "floor_over_per_step": floor_ms / (ms / args.steps), "relative_errors": errors, "clocks": clocks})
         print(json.dumps(rows[-1]), flush=True)
     single, fused = results.values()
     agreement = relative_error(fused, single)
@@ -112,7 +138,9 @@ def main() -> None:
     for row in rows:
         verdict = "beats" if row["ms_per_step"] < floor_ms else "does not beat"
         print(f"  {row['kernel']}: {row['ms']:.1f} ms, {row['ms_per_step']:.4f} ms per step "
-              f"({100 * row['floor_over_per_step']:.0f}% of the floor's speed; {verdict} the one-step floor)")
+              f"({100 * row['floor_over_per_step']:.0f}% of the floor's speed; {verdict} the one-step floor); "
+              + (f"SM clock {'/'.join(f'{v:.0f}' for v in row['clocks']['sm_mhz'])} MHz (min/median/max)"
+                 if "sm_mhz" in row["clocks"] else row["clocks"]["error"]))
     Path(args.json).write_text(json.dumps({"rows": rows, "agreement": agreement,
                                            "gpu": torch.cuda.get_device_name()}, indent=1))
 
