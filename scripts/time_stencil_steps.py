@@ -26,12 +26,11 @@ from pathlib import Path
 
 import torch
 
-from hiera_core import records
 from hiera_core.config import load_config
-from hiera_core.engine import candidate_id, new_job
+from hiera_core.engine import evaluate_source
 from hiera_core.plugins import make_plugin_manager
+from hiera_core.protocols import StagePassed
 from hiera_core.session import Session
-from hiera_plugins.cuda.build import build_candidate
 from hiera_plugins.cuda.worker import load_candidate, timed
 from hiera_workloads.stencil2d.cuda import CudaStencilHarness
 from hiera_workloads.stencil2d.reference import stencil_weights
@@ -41,19 +40,15 @@ BEST = {"tiling": "ring", "boundary": "split", "vector_loads": True}
 
 
 def built(session: Session, params: dict, workdir: Path):
-    """The extension module of the template's kernel with `params`, built as the evaluator builds it."""
-    contract = session.workload.contract(session.task, "cuda")
-    toolchain = session.arch.toolchain()
+    """(origin, extension module) of the template's kernel with `params`, through `hiera eval --compile-only`'s
+    path: the space's static check, then the evaluator's build (its cache and flags)."""
     template = session.workload.templates(session.task, "cuda")[0]
     params = {**template.defaults(), **params}
-    source = template.render(params)
-    candidate = records.Candidate(id=candidate_id(source, contract, toolchain), source=source, space="pure_cuda",
-                                  round=0, origin=template.describe(params), params=params)
-    job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=None, workdir=workdir)
-    result = build_candidate(job, timeout_s=900)
-    if result.library is None:
-        raise SystemExit(f"{candidate.origin}: the build failed\n{result.log[-3000:]}")
-    return candidate.origin, load_candidate(str(result.library))
+    origin = template.describe(params)
+    _, result = evaluate_source(session, template.render(params), space="pure_cuda", workdir=workdir, device=False)
+    if not isinstance(result, StagePassed):
+        raise SystemExit(f"{origin}: {type(result).__name__}: {getattr(result, 'reason', '') or result.log[-3000:]}")
+    return origin, load_candidate(result.job.artifacts["library"])
 
 
 def with_clocks(call):

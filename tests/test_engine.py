@@ -259,6 +259,15 @@ def test_a_several_step_task_reports_the_time_per_step(tmp_path):
     assert f"amortised over the call's 4 steps: **{latency / 4:.4f} ms per step**" in (tmp_path / "run" / "report.md").read_text()
 
 
+def _measured(template, name, latency, **knobs):
+    """(candidate, its measurement) of the stencil template with `knobs` on top of its defaults."""
+    params = {**template.defaults(), **knobs}
+    candidate = records.Candidate(id=name, source=template.render(params), space="pure_cuda", round=1,
+                                  origin=template.describe(params), params=params)
+    return candidate, records.Measured(latency_ms=latency, latency_p10_ms=latency, latency_p90_ms=latency, repeats=1,
+                                       reference_latency_ms=120.0, max_abs_error=0)
+
+
 def test_the_expert_refines_the_best_kernel_before_a_far_slower_parent(tmp_path):
     """Round 2 of the H200 run (2026-11-29): parents the ring kernel (0.590 ms) and a shared-memory tile
     (1.602 ms, 2.7x slower), direction M. That round spent one of its six candidates on the tile's 16-byte
@@ -267,17 +276,10 @@ def test_the_expert_refines_the_best_kernel_before_a_far_slower_parent(tmp_path)
     session = Session.create(config, make_plugin_manager())
     [template] = session.workload.templates(session.task, "cuda")
 
-    def measured(name, latency, **knobs):
-        params = {**template.defaults(), **knobs}
-        candidate = records.Candidate(id=name, source=template.render(params), space="pure_cuda", round=1,
-                                      origin=template.describe(params), params=params)
-        return candidate, records.Measured(latency_ms=latency, latency_p10_ms=latency, latency_p90_ms=latency, repeats=1,
-                                           reference_latency_ms=120.0, max_abs_error=0)
-
-    seed = measured("seed", 1.660)
-    ring, tile = measured("ring", 0.590, tiling="ring"), measured("tile", 1.602, tiling="smem")
-    others = [measured("stream", 1.681, tiling="smem_stream")] + [
-        measured(block, latency, tiling="smem", block=block) for block, latency in (("64x4", 1.651), ("32x16", 1.774), ("128x2", 1.642))]
+    seed = _measured(template, "seed", 1.660)
+    ring, tile = _measured(template, "ring", 0.590, tiling="ring"), _measured(template, "tile", 1.602, tiling="smem")
+    others = [_measured(template, "stream", 1.681, tiling="smem_stream")] + [
+        _measured(template, block, latency, tiling="smem", block=block) for block, latency in (("64x4", 1.651), ("32x16", 1.774), ("128x2", 1.642))]
     context = {"parents": [ring[0], tile[0]], "history": [seed, ring, tile, *others], "task": session.task, "arch": "cuda",
                "allowed_spaces": [s.name for s in session.spaces]}
     moves = list(itertools.islice(session.backend._moves(context, "M", "pure_cuda"), 6))
@@ -292,12 +294,9 @@ def test_a_pair_move_belongs_to_a_direction_only_when_the_directions_knob_shapes
     config = load_config(tmp_path, environ={}, cli={"arch": "host"}, overrides=["workload.stencil2d.host_n=48"])
     session = Session.create(config, make_plugin_manager())
     [template] = session.workload.templates(session.task, "cuda")
-    params = {**template.defaults(), "tiling": "ring"}
-    ring = records.Candidate(id="ring", source=template.render(params), space="pure_cuda", round=1,
-                             origin=template.describe(params), params=params)
-    history = [(ring, records.Measured(latency_ms=0.866, latency_p10_ms=0.866, latency_p90_ms=0.866, repeats=1,
-                                       reference_latency_ms=170.0, max_abs_error=0))]
-    context = {"parents": [ring], "history": history, "task": session.task, "arch": "cuda",
+    ring = _measured(template, "ring", 0.866, tiling="ring")
+    params = ring[0].params
+    context = {"parents": [ring[0]], "history": [ring], "task": session.task, "arch": "cuda",
                "allowed_spaces": [s.name for s in session.spaces]}
     moves = list(session.backend._moves(context, "P", "pure_cuda"))
     assert moves and all(p["ring_threads"] != 128 for _, p, _ in moves if p["tiling"] == "ring")
