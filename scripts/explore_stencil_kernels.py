@@ -1,19 +1,21 @@
 """Explore register-streaming stencil kernels on a GPU with CuPy (NVRTC builds each variant in about a second).
 
-Four families. `ldg`: each thread streams down its W columns, loading every input row from global memory
+Five families. `ldg`: each thread streams down its W columns, loading every input row from global memory
 through L1. `ring`: the same with rows copied ahead into an S-stage shared-memory ring by cp.async (the
 kernel behind the stencil2d template's tiling=ring), RB input rows per barrier, weights from constant memory
-or as shared-memory broadcasts (WSMEM). `fused2` (with --fused or --only-fused): two steps in one pass
-(temporal blocking; the intermediate grid is zero outside the n x n grid, as between two launches).
+or as shared-memory broadcasts (WSMEM); with --persist also as a persistent grid (PERSIST) and with other
+strip heights, with --wide with wider tiles, deeper rings and streaming stores (sweeps 8 and 9). `fused2`
+(with --fused or --only-fused): two steps in one pass (temporal blocking; the intermediate grid is zero
+outside the n x n grid, as between two launches).
 `gather` (with --gather, beside the template's ring): each lane owns W adjacent outputs and gathers them from
 the input rows it needs in a warp-private ring (FastStencil's layout; sweep 6, slower than the ring).
 `dmma` (with --dmma, beside the template's ring): FP64 tensor cores, 8 x 8 output tiles as banded-matrix
-products (mma.m8n8k4), streamed through a shared-memory ring of 4-row chunks (not yet run on a GPU; checked
-on the CPU by an emulation of its source).
+products (mma.m8n8k4), streamed through a shared-memory ring of 4-row chunks (sweep 7, 0.82 ms against the
+ring's 0.50: m8n8k4 runs at half the tensor-core rate on the H200, see scripts/bench_fp64_pipes.py).
 Each variant is checked against a CuPy shifted-add FP64 reference (applied twice for fused2) at n and at
 n = 1002, then timed (median of CUDA-event times over back-to-back launches). Prints the measured copy
 floor and one line per variant, fastest per step first; writes every row to --json.
-Usage: python scripts/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused | --gather | --dmma]
+Usage: python scripts/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused | --gather | --dmma | --persist | --wide]
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ RING_SOURCE = r"""
 #define STCS {STCS}
 #define RB {RB}
 #define WSMEM {WSMEM}
+#define PERSIST {PERSIST}
 #define KW (K + RB - 1)
 #define UG {UG}
 #define HX (R + (R & 1))
@@ -152,10 +155,10 @@ __device__ __forceinline__ void cp_async16(double* smem, const double* gmem) {{
 // Row j of the strip (input row y0 - R + j) into stage j % S, zero outside the grid; one commit group.
 // Pair p of the segment (columns xb - HX + 2p, +1) is thread p % BX's, its k = p / BX-th load.
 template <bool INTERIOR>
-__device__ __forceinline__ void issue(const double* __restrict__ in, double* ring, int n, int xb, int y0, int j) {{
+__device__ __forceinline__ void issue(const double* __restrict__ in, double* ring, int n, int xb, int y0, int h, int j) {{
     const int i = y0 - R + j;
     double* dst = ring + (j % S) * SEG;
-    const bool row_ok = i >= 0 && i < n && j < H + 2 * R;
+    const bool row_ok = i >= 0 && i < n && j < h + 2 * R;
     const double* row = in + (size_t)(row_ok ? i : 0) * n + xb - HX;
 #pragma unroll
     for (int k = 0; k < LOADS; ++k) {{
@@ -172,8 +175,11 @@ __device__ __forceinline__ void issue(const double* __restrict__ in, double* rin
 }}
 
 template <bool INTERIOR>
-__device__ __forceinline__ void strip(const double* __restrict__ in, double* __restrict__ out, double* ring, int n, int xb, int y0) {{
+__device__ __forceinline__ void strip(const double* __restrict__ in, double* __restrict__ out, double* ring, int n, int xb, int y0, int h) {{
     const int x0 = xb + threadIdx.x * W;
+#if PERSIST
+    __syncthreads();  // the previous strip's last rows are read before this one's first copies land
+#endif
 #if WSMEM
     // The weights in shared memory, rows padded to 8: each row of weights comes back as four 16-byte
     // broadcast loads per input row (volatile: not hoisted into registers), instead of 49 uniform loads.
@@ -202,18 +208,18 @@ __device__ __forceinline__ void strip(const double* __restrict__ in, double* __r
 #pragma unroll
         for (int w = 0; w < W; ++w) acc[s][w] = 0.0;
 #pragma unroll
-    for (int j = 0; j < S - RB; ++j) issue<INTERIOR>(in, ring, n, xb, y0, j);
+    for (int j = 0; j < S - RB; ++j) issue<INTERIOR>(in, ring, n, xb, y0, h, j);
     // Rows go RB at a time; output row o lives in accumulator slot o % KW, a compile-time constant
     // because the loop below is unrolled over UG groups (UG * RB rows, a multiple of KW).
-    for (int ib = 0; ib < H + 2 * R; ib += UG * RB) {{
+    for (int ib = 0; ib < h + 2 * R; ib += UG * RB) {{
 #pragma unroll
         for (int u = 0; u < UG; ++u) {{
             const int j0 = ib + u * RB;
-            if ((H + 2 * R) % (UG * RB) == 0 || j0 < H + 2 * R) {{
+            if ((!PERSIST && (H + 2 * R) % (UG * RB) == 0) || j0 < h + 2 * R) {{
                 asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 2 * RB));
                 __syncthreads();
 #pragma unroll
-                for (int t = 0; t < RB; ++t) issue<INTERIOR>(in, ring, n, xb, y0, j0 + S - RB + t);
+                for (int t = 0; t < RB; ++t) issue<INTERIOR>(in, ring, n, xb, y0, h, j0 + S - RB + t);
                 double v[RB][NV];
 #pragma unroll
                 for (int t = 0; t < RB; ++t) {{
@@ -251,7 +257,7 @@ __device__ __forceinline__ void strip(const double* __restrict__ in, double* __r
 #pragma unroll
                 for (int t = 0; t < RB; ++t) {{
                     const int j = j0 + t, o = y0 + j - 2 * R, s = ((u * RB + t - 2 * R) % KW + KW) % KW;
-                    if (j < H + 2 * R && o >= y0 && o < n && (INTERIOR || x0 < n)) {{
+                    if (j < h + 2 * R && o >= y0 && o < n && (INTERIOR || x0 < n)) {{
                         double* dst = out + (size_t)o * n + x0;
                         if (INTERIOR || x0 + W <= n) {{
 #pragma unroll
@@ -277,11 +283,26 @@ __device__ __forceinline__ void strip(const double* __restrict__ in, double* __r
 
 extern "C" __global__ void __launch_bounds__(BX, MINB) stencil(const double* __restrict__ in, double* __restrict__ out, int n) {{
     extern __shared__ __align__(16) double ring[];
+#if PERSIST
+    // As many blocks as fit at once; the column tiles' rows, laid end to end, split evenly among them (no
+    // last partial wave). A block's share is one or more strips (a new one where it crosses a column tile).
+    const long long tiles = (n + BX * W - 1) / (BX * W), total = tiles * n;
+    for (long long f = total * blockIdx.x / gridDim.x, end = total * (blockIdx.x + 1) / gridDim.x; f < end;) {{
+        const int xb = static_cast<int>(f / n) * BX * W, y0 = static_cast<int>(f % n);
+        const int h = static_cast<int>(min(static_cast<long long>(n - y0), end - f));
+        if (xb - HX >= 0 && xb + BX * W + HX <= n)
+            strip<true>(in, out, ring, n, xb, y0, h);
+        else
+            strip<false>(in, out, ring, n, xb, y0, h);
+        f += h;
+    }}
+#else
     const int xb = blockIdx.x * BX * W, y0 = blockIdx.y * H;
     if (xb - HX >= 0 && xb + BX * W + HX <= n)
-        strip<true>(in, out, ring, n, xb, y0);
+        strip<true>(in, out, ring, n, xb, y0, H);
     else
-        strip<false>(in, out, ring, n, xb, y0);
+        strip<false>(in, out, ring, n, xb, y0, H);
+#endif
 }}
 """
 
@@ -771,6 +792,8 @@ def main() -> None:
     parser.add_argument("--only-fused", action="store_true", help="run only the fused2 family")
     parser.add_argument("--gather", action="store_true", help="run the gather family and the template's ring")
     parser.add_argument("--dmma", action="store_true", help="run the FP64 tensor-core family and the template's ring")
+    parser.add_argument("--persist", action="store_true", help="run the ring with other strip heights and as a persistent grid")
+    parser.add_argument("--wide", action="store_true", help="run the ring with wider tiles, deeper rings, streaming stores")
     parser.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "explore.json"))
     args = parser.parse_args()
     n, r = args.n, args.radius
@@ -813,6 +836,17 @@ def main() -> None:
                      "L2HINT": 1, "STCS": 0}]
         variants += [{"kind": "dmma", "W": tx, "NW": nw, "BX": 32 * nw, "H": h, "S": sc, "PADW": pad, "MINB": 1}
                      for nw in (2, 4, 8) for tx in (2, 4) for h in (64, 128) for sc in (3, 4) for pad in (0, 1)]
+    elif args.persist:  # sweep 8: the ring's last partial wave; strip heights, and one block per resident slot
+        ring = {"kind": "ring", "W": 2, "BX": 128, "H": 120, "S": 4, "RB": 1, "WSMEM": 0, "WREG": 0, "MINB": 1,
+                "L2HINT": 1, "STCS": 0}
+        variants = [{**ring, "H": h} for h in (120, 60, 90, 160, 240, 480)]
+        variants += [{**ring, "BX": bx, "S": st, "MINB": mb, "PERSIST": fill}
+                     for bx in (64, 128, 256) for st in (4, 6) for mb in (1, 4) for fill in (1, 2)]
+    elif args.wide:  # sweep 9: the ring's share of the copy bandwidth; wider tiles, deeper rings, streaming stores
+        ring = {"kind": "ring", "W": 2, "BX": 128, "H": 120, "S": 4, "RB": 1, "WSMEM": 0, "WREG": 0, "MINB": 1,
+                "L2HINT": 1, "STCS": 0}
+        variants = [{**ring, "W": w, "BX": bx, "S": st, "STCS": cs}
+                    for w in (2, 4) for bx in (128, 256, 512) for st in (4, 8) for cs in (0, 1)]
     elif args.only_fused:
         variants = fused_variants
     elif fused:
@@ -825,10 +859,11 @@ def main() -> None:
         extra = {}
         if p["kind"] == "ring":  # unrolled over UG groups of RB rows: a multiple of the K + RB - 1 accumulator rows
             extra["UG"] = (k + p["RB"] - 1) // math.gcd(k + p["RB"] - 1, p["RB"])
+            extra["PERSIST"] = int(bool(p.get("PERSIST")))
         if p["kind"] == "dmma":
             extra = {"TX": p["W"], "SC": p["S"]}
         sources = {"ldg": SOURCE, "ring": RING_SOURCE, "fused2": FUSED_SOURCE, "gather": GATHER_SOURCE, "dmma": DMMA_SOURCE}
-        source = sources[p["kind"]].format(R=r, **p, **extra)
+        source = sources[p["kind"]].format(R=r, **{**p, **extra})
         module = cp.RawModule(code=source, options=("-std=c++17",))
         kernel = module.get_function("stencil")
         steps = 2 if p["kind"] == "fused2" else 1
@@ -853,15 +888,19 @@ def main() -> None:
             shared = 8 * p["S"] * 4 * ws
         if shared:
             kernel.max_dynamic_shared_size_bytes = shared
+        resident = 0
+        if p.get("PERSIST"):  # PERSIST blocks per resident slot: 1 or 2 waves, every block the same share of rows
+            per_sm = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, p["BX"], shared)
+            resident = per_sm * cp.cuda.Device().attributes["MultiProcessorCount"] * p["PERSIST"]
         build_s = time.perf_counter() - t0
         c_w = cp.ndarray((k * k,), cp.float64, module.get_global("c_w"))
         c_w[...] = cp.asarray(weights.ravel())
 
-        def launch(src, dst, p=p, kernel=kernel, shared=shared, tile_x=tile_x):
+        def launch(src, dst, p=p, kernel=kernel, shared=shared, tile_x=tile_x, resident=resident):
             m = src.shape[0]
             gx = (m + tile_x - 1) // tile_x
             gy = (m + p["H"] - 1) // p["H"]
-            grid = (gy, gx) if p.get("YFAST") else (gx, gy)
+            grid = (resident,) if resident else (gy, gx) if p.get("YFAST") else (gx, gy)
             kernel(grid, (p["BX"],), (src, dst, np.int32(m)), shared_mem=shared)
 
         errors = []
@@ -883,9 +922,9 @@ def main() -> None:
         json.dump({"n": n, "radius": r, "copy_ms": copy_ms, "rows": rows, "nvidia_smi": clocks}, f, indent=1)
     print(clocks)
     print(f"copy floor (one step): {floor_ms:.4f} ms; floor% = copy ms / (ms per step)")
-    print(f"{'kind':>6} {'W':>2} {'BX':>4} {'H':>4} {'S':>2} {'RB':>2} {'WS':>2} {'MB':>2} {'L2':>2} {'CS':>2} {'TR':>2} {'Y':>2} {'P':>2} {'SH':>2} {'regs':>4} {'spill':>5} {'steps':>5} {'ms':>7} {'ms/step':>7} {'floor%':>6} ok")
+    print(f"{'kind':>6} {'W':>2} {'BX':>4} {'H':>4} {'S':>2} {'RB':>2} {'WS':>2} {'MB':>2} {'L2':>2} {'CS':>2} {'TR':>2} {'Y':>2} {'P':>2} {'SH':>2} {'PE':>2} {'regs':>4} {'spill':>5} {'steps':>5} {'ms':>7} {'ms/step':>7} {'floor%':>6} ok")
     for row in rows[:25]:
-        print(f"{row['kind']:>6} {row['W']:>2} {row['BX']:>4} {row['H']:>4} {row.get('S', 0):>2} {row.get('RB', 0):>2} {row.get('WSMEM', 0):>2} {row['MINB']:>2} {row.get('L2HINT', 0):>2} {row.get('STCS', 0):>2} {row.get('TRIM', 0):>2} {row.get('Y', 0):>2} {row.get('P', 0):>2} {row.get('SH', 0):>2} "
+        print(f"{row['kind']:>6} {row['W']:>2} {row['BX']:>4} {row['H']:>4} {row.get('S', 0):>2} {row.get('RB', 0):>2} {row.get('WSMEM', 0):>2} {row['MINB']:>2} {row.get('L2HINT', 0):>2} {row.get('STCS', 0):>2} {row.get('TRIM', 0):>2} {row.get('Y', 0):>2} {row.get('P', 0):>2} {row.get('SH', 0):>2} {row.get('PERSIST', 0):>2} "
               f"{row['regs']:>4} {row['spill_bytes']:>5} {row['steps']:>5} {row['ms']:7.4f} {row['ms_per_step']:7.4f} {100 * row['floor_fraction']:6.1f} {row['ok']}")
 
 

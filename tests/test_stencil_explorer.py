@@ -1,7 +1,8 @@
 """The explorer's FP64 tensor-core kernel (`scripts/explore_stencil_kernels.py --dmma`), emulated on the CPU:
 its CUDA source compiled as C++ with one std::thread per CUDA thread, a barrier for __syncthreads, the warp's
 mma.m8n8k4 done by its 32 lanes together in the PTX fragment layout, cp.async as an immediate copy, under
-AddressSanitizer; every output compared with the stencil's definition. It has not run on a GPU yet."""
+AddressSanitizer; every output compared with the stencil's definition. On the H200 it is correct and slower
+than the ring (docs/stencil2d-h200.md)."""
 
 from __future__ import annotations
 
