@@ -763,6 +763,11 @@ stencil(const double* __restrict__ in, double* __restrict__ out, int n) {{
 """
 
 
+# The stencil2d template's ring defaults (tiling=ring): the comparison point of sweeps 6-9.
+TEMPLATE_RING = {"kind": "ring", "W": 2, "BX": 128, "H": 120, "S": 4, "RB": 1, "WSMEM": 0, "WREG": 0, "MINB": 1,
+                 "L2HINT": 1, "STCS": 0}
+
+
 def reference(field, weights: np.ndarray, steps: int = 1):
     """The workload's FP64 definition (one shifted add per tap), on the GPU with CuPy."""
     return stencil_reference(field, weights, steps, zeros=lambda shape: cp.zeros(shape, dtype=cp.float64))
@@ -823,8 +828,7 @@ def main() -> None:
                       for bx in (64, 128) for h in (60, 120) for trim in (0, 1)]
     fused_variants += [{"kind": "fused2", "W": 4, "BX": 128, "H": 120, "S": 4, "TRIM": 1, "MINB": 1}]
     if args.gather:  # sweep 6: per-lane strips of W columns, gather from a warp-private ring
-        variants = [{"kind": "ring", "W": 2, "BX": 128, "H": 120, "S": 4, "RB": 1, "WSMEM": 0, "WREG": 0, "MINB": 1,
-                     "L2HINT": 1, "STCS": 0}]
+        variants = [TEMPLATE_RING]
         variants += [{"kind": "gather", "W": w, "NW": nw, "BX": 32 * nw, "H": h, "Y": y, "P": pf, "S": 2 * r + (pf + 1) * y,
                       "PADD": 2, "SH": sh, "MINB": 1}
                      for w in (8, 16) for y in (1, 2) for pf in (1, 2) for nw in (1, 2, 4) for h in (64, 128)
@@ -832,20 +836,15 @@ def main() -> None:
         variants += [{"kind": "gather", "W": 4, "NW": 4, "BX": 128, "H": 128, "Y": 2, "P": pf, "S": 2 * r + (pf + 1) * 2,
                       "PADD": 2, "SH": 0, "MINB": 1} for pf in (1, 2)]
     elif args.dmma:  # sweep 7: FP64 tensor cores; W is the 8-column tiles per warp, BX the threads per block
-        variants = [{"kind": "ring", "W": 2, "BX": 128, "H": 120, "S": 4, "RB": 1, "WSMEM": 0, "WREG": 0, "MINB": 1,
-                     "L2HINT": 1, "STCS": 0}]
+        variants = [TEMPLATE_RING]
         variants += [{"kind": "dmma", "W": tx, "NW": nw, "BX": 32 * nw, "H": h, "S": sc, "PADW": pad, "MINB": 1}
                      for nw in (2, 4, 8) for tx in (2, 4) for h in (64, 128) for sc in (3, 4) for pad in (0, 1)]
     elif args.persist:  # sweep 8: the ring's last partial wave; strip heights, and one block per resident slot
-        ring = {"kind": "ring", "W": 2, "BX": 128, "H": 120, "S": 4, "RB": 1, "WSMEM": 0, "WREG": 0, "MINB": 1,
-                "L2HINT": 1, "STCS": 0}
-        variants = [{**ring, "H": h} for h in (120, 60, 90, 160, 240, 480)]
-        variants += [{**ring, "BX": bx, "S": st, "MINB": mb, "PERSIST": fill}
+        variants = [{**TEMPLATE_RING, "H": h} for h in (120, 60, 90, 160, 240, 480)]
+        variants += [{**TEMPLATE_RING, "BX": bx, "S": st, "MINB": mb, "PERSIST": fill}
                      for bx in (64, 128, 256) for st in (4, 6) for mb in (1, 4) for fill in (1, 2)]
     elif args.wide:  # sweep 9: the ring's share of the copy bandwidth; wider tiles, deeper rings, streaming stores
-        ring = {"kind": "ring", "W": 2, "BX": 128, "H": 120, "S": 4, "RB": 1, "WSMEM": 0, "WREG": 0, "MINB": 1,
-                "L2HINT": 1, "STCS": 0}
-        variants = [{**ring, "W": w, "BX": bx, "S": st, "STCS": cs}
+        variants = [{**TEMPLATE_RING, "W": w, "BX": bx, "S": st, "STCS": cs}
                     for w in (2, 4) for bx in (128, 256, 512) for st in (4, 8) for cs in (0, 1)]
     elif args.only_fused:
         variants = fused_variants
