@@ -839,7 +839,8 @@ def main() -> None:
         variants = [TEMPLATE_RING]
         variants += [{"kind": "dmma", "W": tx, "NW": nw, "BX": 32 * nw, "H": h, "S": sc, "PADW": pad, "MINB": 1}
                      for nw in (2, 4, 8) for tx in (2, 4) for h in (64, 128) for sc in (3, 4) for pad in (0, 1)]
-    elif args.persist:  # sweep 8: the ring's last partial wave; strip heights, and one block per resident slot
+    elif args.persist:  # sweep 8: the ring's last partial wave; strip heights, and a persistent grid
+        # of 1 or 2 blocks per resident slot (PERSIST)
         variants = [{**TEMPLATE_RING, "H": h} for h in (120, 60, 90, 160, 240, 480)]
         variants += [{**TEMPLATE_RING, "BX": bx, "S": st, "MINB": mb, "PERSIST": fill}
                      for bx in (64, 128, 256) for st in (4, 6) for mb in (1, 4) for fill in (1, 2)]
