@@ -46,6 +46,7 @@ from hiera_core.records import (
     Evaluation,
     Incorrect,
     Measured,
+    Rejected,
     Plan,
     SpaceDecision,
     StaticRejected,
@@ -301,7 +302,6 @@ def profile_summary(evaluation: Evaluation | None, directions: dict[str, Any]) -
         f" {evaluation.repeats} timed calls); the reference takes {evaluation.reference_latency_ms:.4g} ms"
         f" ({evaluation.speedup_vs_reference:.2f}x)"
     ]
-    lines += [f"warning: {flag}" for flag in evaluation.flags]
     profile = evaluation.profile
     if profile is None:
         return "\n".join(lines)
@@ -346,6 +346,8 @@ def execution_feedback(evaluation: Evaluation) -> str:
         return f"was killed after {evaluation.limit_s:.0f} s (too slow, or it hangs)"
     if isinstance(evaluation, StaticRejected):
         return f"was rejected before compiling: {evaluation.reason[:LOG_LIMIT]}"
+    if isinstance(evaluation, Rejected):
+        return f"ran correctly, but its measurement was rejected as impossible: {evaluation.reason[:LOG_LIMIT]}"
     raise TypeError(f"unknown evaluation {type(evaluation).__name__}")
 
 

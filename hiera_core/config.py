@@ -67,10 +67,17 @@ class RunConfig:
     """Measure the winner again in a fresh process on fresh inputs at the end of the run."""
     baselines: bool = True
     """Measure the workload's baselines (cuDNN called directly, ...) at the start of the run."""
+    floor_margin: float = 0.9
+    """A latency below this fraction of the task's roofline floor is rejected as impossible (the margin covers
+    the floor's own measurement error: peaks measured on this machine)."""
+    max_speedup: float = 1000.0
+    """A speedup over the task's reference beyond this is rejected as implausible."""
 
     def __attrs_post_init__(self) -> None:
         if self.rounds < 0 or self.population < 1 or self.parents < 1:
             raise ConfigError("run: rounds must be >= 0, population and parents >= 1")
+        if not 0 < self.floor_margin <= 1 or self.max_speedup <= 1:
+            raise ConfigError("run: floor_margin must be in (0, 1] and max_speedup above 1")
         if self.space not in SPACE_MODES:
             raise ConfigError(f"unknown space '{self.space}' (choose from: {', '.join(SPACE_MODES)})")
         if self.strategy not in STRATEGIES:

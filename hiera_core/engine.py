@@ -17,7 +17,7 @@ from pathlib import Path
 import attrs
 import structlog
 
-from hiera_core import agents, records
+from hiera_core import agents, records, sandbox
 from hiera_core.protocols import EvalJob, NoSeed, StagePassed
 from hiera_core.records import Candidate, Evaluation, Measured
 from hiera_core.report import write_report
@@ -39,6 +39,7 @@ def create_run(session: Session, run_dir: Path | None = None) -> RunStore:
         versions=_versions(session),
         hardware=session.arch.hardware(),
         task=session.task,
+        protection=sandbox.protection(),
     )
     return RunStore.create(path, manifest)
 
@@ -75,6 +76,14 @@ class Engine:
     # --- the loop --------------------------------------------------------------------------
 
     def optimize(self) -> Candidate | None:
+        """Run (or resume) the search to its end, holding the run directory against a second optimizer."""
+        self.store.lock()
+        try:
+            return self._optimize()
+        finally:
+            self.store.unlock()
+
+    def _optimize(self) -> Candidate | None:
         session, hook = self.session, self.session.pm.hook
         structlog.contextvars.bind_contextvars(run_id=self.store.manifest.run_id, task=session.task.name)
         self.roofline = self._roofline()
@@ -359,7 +368,23 @@ def evaluate_candidate(
             return result
     if job.measured is None:
         raise RuntimeError(f"no evaluator of '{job.arch}' measured the candidate")
-    return job.measured
+    return implausible(job.measured, job.roofline, session.config.run) or job.measured
+
+
+def implausible(measured: Measured, roofline: records.Roofline | None, run) -> records.Rejected | None:
+    """The plausibility rules every architecture shares: a latency below `floor_margin` of the roofline floor,
+    or a speedup over the reference beyond `max_speedup`, cannot be true and is rejected, never ranked."""
+    latency = measured.latency_ms
+    if roofline is not None and latency < run.floor_margin * roofline.floor_ms:
+        return records.Rejected(
+            reason=f"{latency:.4f} ms is below {run.floor_margin:.0%} of the roofline floor {roofline.floor_ms:.4f} ms"
+                   f" ({roofline.bytes_moved / 1e6:.1f} MB at {roofline.peak_gbps:.0f} GB/s, {roofline.flops / 1e9:.2f}"
+                   f" GFLOP at {roofline.peak_gflops:.0f} GFLOP/s): physically impossible", latency_ms=latency)
+    if measured.reference_latency_ms / latency > run.max_speedup:
+        return records.Rejected(
+            reason=f"speedup {measured.reference_latency_ms / latency:.0f}x over the reference exceeds the"
+                   f" plausibility bound {run.max_speedup:.0f}x", latency_ms=latency)
+    return None
 
 
 def roofline_for(session: Session) -> records.Roofline:

@@ -84,9 +84,10 @@ class Workload(Protocol):
         ...
 
     def harness(self, task: Task, arch: str) -> Any:
-        """Return the object the architecture's worker process uses to make inputs, run the reference,
-        call a candidate and compare. Called inside the worker, never in the planning process. Its
-        interface is the architecture's to define (the `host` one is documented in `hiera_plugins.host.worker`)."""
+        """Return the object the architecture's judge and runner processes use to make inputs, run the
+        reference and compare (the judge) and call a candidate (the runner). Called inside those processes,
+        never in the planning process. Its interface is the architecture's to define (the `host` one is
+        documented in `hiera_plugins.host.judge`, the `cuda` one in `hiera_plugins.cuda.judge`)."""
         ...
 
     # Optional: `baselines(task, arch) -> list[records.Baseline]`, implementations users compare against;
@@ -244,7 +245,7 @@ class EvalJob:
     workdir: Path
     """The candidate's scratch directory: its source, build log and artefacts live here."""
     workload_factory: str
-    """`module:Class` of the workload, so a worker process can rebuild it."""
+    """`module:Class` of the workload, so a judge or runner process can rebuild it."""
     workload_config: dict[str, Any]
     toolchain: dict[str, Any]
     """The architecture's `toolchain()`."""
@@ -258,7 +259,8 @@ class EvalJob:
     """True when the winner is measured again at the end of a run (fresh process, fresh seeds)."""
 
     def worker_request(self) -> dict[str, Any]:
-        """What a worker process needs to rebuild the task's harness and load the built candidate."""
+        """What a process outside the judge (a profiler's target) needs to rebuild the task's harness and load
+        the built candidate."""
         from hiera_core.serialization import to_dict
 
         return {

@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Bumped whenever a record on disk changes shape; every file hiera writes carries it."""
 
 DIRECTIONS = ("C", "P", "M", "R", "T")
@@ -163,20 +163,20 @@ class Measured:
     latency_p90_ms: float
     repeats: int
     reference_latency_ms: float
-    """The task's reference timed the same way in the same worker."""
+    """The task's reference timed the same way, by the judge."""
     max_abs_error: float
     """Largest absolute difference from the FP64 reference over all checked inputs."""
     checks: list[str] = attrs.field(factory=list)
     """Which correctness checks passed (seeds, shapes, distributions)."""
     compile_s: float = 0.0
     profile: Profile | None = None
-    flags: list[str] = attrs.field(factory=list)
-    """Reasons this figure should not be celebrated (faster than the roofline floor, ...)."""
+    timing_bound: str = ""
+    """How the judge's own clock bounded the in-process timing (calls, overhead, slack), in words."""
     resources: dict[str, dict[str, int]] = attrs.field(factory=dict)
     """Per kernel, as the compiler reported it (`ptxas -v`): registers, shared_bytes, stack_bytes,
     spill_store_bytes, spill_load_bytes."""
     compiled_reference_latency_ms: float | None = None
-    """The reference under `torch.compile`, timed the same way in the same worker: measured on the final
+    """The reference under `torch.compile`, timed the same way by the judge: measured on the final
     re-measurement where the workload offers it (None otherwise)."""
     compiled_reference_note: str = ""
     """Why there is no `torch.compile` figure where one was asked for (its compilation failed, ...)."""
@@ -186,7 +186,18 @@ class Measured:
         return self.reference_latency_ms / self.latency_ms
 
 
-Evaluation = StaticRejected | CompileFailed | Incorrect | Crashed | TimedOut | Measured
+@attrs.frozen(kw_only=True)
+class Rejected:
+    """The candidate was measured, but the measurement cannot be true (faster than the roofline floor, a
+    speedup beyond the plausibility bound, an in-process timer the judge's clock contradicts): it never
+    competes, whatever its latency."""
+
+    reason: str
+    latency_ms: float | None = None
+    """The latency it claimed or was measured at, for the record."""
+
+
+Evaluation = StaticRejected | CompileFailed | Incorrect | Crashed | TimedOut | Rejected | Measured
 """The outcome of evaluating one candidate; only `Measured` is valid."""
 
 
@@ -258,6 +269,25 @@ class Roofline:
 
 
 @attrs.frozen(kw_only=True)
+class Protection:
+    """What the sandbox around candidate processes holds on this machine (`hiera_core.sandbox`)."""
+
+    pid_namespace: bool
+    """Candidates see no process outside their sandbox (hiera's environment among them)."""
+    network_namespace: bool
+    read_only_root: bool
+    """Only the job's own directories can be written."""
+    dropped_capabilities: bool
+    """The process that loads a candidate has no capabilities and no_new_privs."""
+    cgroup: str | None
+    """`v1`, `v2` or None: the cgroup that limits memory (each run stage's `memory_gib`) and processes, and
+    is killed as a whole; without one, memory is limited per process (RLIMIT_DATA)."""
+    pids_limit: int | None = None
+    missing: list[str] = attrs.field(factory=list)
+    """One line per protection this machine does not allow."""
+
+
+@attrs.frozen(kw_only=True)
 class RunManifest:
     """`manifest.json` of a run directory: enough to resume it and to say what was measured where."""
 
@@ -270,6 +300,8 @@ class RunManifest:
     """hiera, Python, and each plugin distribution with its version."""
     hardware: dict[str, Any]
     task: Task
+    protection: Protection | None = None
+    """The sandbox's protections in force for this run's candidates."""
 
 
 # --- trajectory events: one JSON line each, append-only -------------------------------------
@@ -395,3 +427,116 @@ Event = (
     | AgentCalled
 )
 """One line of `trajectory.jsonl`."""
+
+
+# --- the judge and its runner (hiera_core.judging): one request, orders and replies, one answer ---------
+
+
+@attrs.frozen(kw_only=True)
+class JudgeRequest:
+    """What hiera asks an architecture's judge: evaluate one built candidate of one task."""
+
+    workload_factory: str
+    """`module:Class` of the workload, so the judge (and the runner) can rebuild its harness."""
+    workload_config: dict[str, Any]
+    task: Task
+    library: str
+    """The built candidate (a shared object), which only the runner loads."""
+    remeasure: bool = False
+    settings: dict[str, Any] = attrs.field(factory=dict)
+    """The architecture's evaluation settings (repeats, device, ...), as its run stage's config holds them."""
+
+
+@attrs.frozen(kw_only=True)
+class Judged:
+    """The judge's measurement of a candidate it found correct on every check."""
+
+    latency_ms: float
+    latency_p10_ms: float
+    latency_p90_ms: float
+    repeats: int
+    reference_latency_ms: float
+    max_abs_error: float
+    checks: list[str] = attrs.field(factory=list)
+    timing_bound: str = ""
+    """How the judge's clock bounded the in-process timing."""
+    checked_timed_calls: int = 0
+    """Timed calls (on fresh inputs) whose outputs the judge compared, chosen in secret."""
+    metrics: dict[str, float] = attrs.field(factory=dict)
+    """Architecture-specific figures for the profile (claims of the runner's where they come from it)."""
+    kernels: list[str] = attrs.field(factory=list)
+    """GPU kernels one call ran, as the runner's profiler saw them (the runtime space check reads them)."""
+    aten_ops: list[str] = attrs.field(factory=list)
+    compiled_reference_latency_ms: float | None = None
+    compiled_reference_note: str = ""
+
+
+JudgeAnswer = Judged | Incorrect | Crashed | TimedOut | Rejected
+"""A judge's last line: the verdict on one candidate."""
+
+
+@attrs.frozen(kw_only=True)
+class BufferView:
+    """Where one array lies in a buffer the judge shares with the runner."""
+
+    offset_bytes: int
+    shape: list[int]
+    dtype: str
+
+
+@attrs.frozen(kw_only=True)
+class LoadOrder:
+    """Load the candidate (from here on the runner is untrusted) and the workload's harness."""
+
+    workload_factory: str
+    workload_config: dict[str, Any]
+    task: Task
+    library: str
+
+
+@attrs.frozen(kw_only=True)
+class CallOrder:
+    """Call the candidate once on the arrays the judge wrote, into the output buffer; `null` calls nothing
+    (the judge calibrates the protocol's own overhead with it, before the candidate is loaded)."""
+
+    case: dict[str, Any]
+    inputs: dict[str, BufferView]
+    output: BufferView
+    null: bool = False
+    flush_cache: bool = True
+    inspect: bool = False
+    """Also record which GPU kernels and operators the call ran (`Inspected`)."""
+
+
+@attrs.frozen(kw_only=True)
+class AttachOrder:
+    """Open the judge's shared buffers (on a GPU: CUDA IPC handles, pickled and base64-encoded by the judge)."""
+
+    handles: str
+
+
+Order = AttachOrder | LoadOrder | CallOrder
+
+
+@attrs.frozen(kw_only=True)
+class Loaded:
+    pass
+
+
+@attrs.frozen(kw_only=True)
+class CallDone:
+    """The call returned and its output is in the judge's buffer (a claim; the judge checks it)."""
+
+    in_process_ms: float
+    """What the runner's own timer says the call took (CUDA events, or its wall clock)."""
+    cpu_ms: float = 0.0
+    kernels: list[str] = attrs.field(factory=list)
+    aten_ops: list[str] = attrs.field(factory=list)
+
+
+@attrs.frozen(kw_only=True)
+class CallFailed:
+    reason: str
+
+
+Reply = Loaded | CallDone | CallFailed

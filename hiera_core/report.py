@@ -240,12 +240,10 @@ def write_report(store: RunStore) -> Path:
             figure = f"{r.latency_ms:.3f} ms" if isinstance(r, Measured) else f"{type(r).__name__}: {getattr(r, 'reason', '')}"
             lines.append(f"- re-measured in a fresh process on fresh inputs: {figure}")
             if isinstance(r, Measured) and r.compiled_reference_latency_ms is not None:
-                lines.append(f"- the reference under torch.compile, same worker: {r.compiled_reference_latency_ms:.3f} ms"
+                lines.append(f"- the reference under torch.compile, same judge: {r.compiled_reference_latency_ms:.3f} ms"
                              f" → speedup {r.compiled_reference_latency_ms / r.latency_ms:.2f}×")
             elif isinstance(r, Measured) and r.compiled_reference_note:
                 lines.append(f"- the reference under torch.compile: not measured ({r.compiled_reference_note})")
-        for flag in b.flags:
-            lines.append(f"- ⚠ {flag}")
     lines += _baselines_section(baselines, best.evaluation if best else None, roofline)
 
     lines += [

@@ -34,6 +34,8 @@ def get_converter() -> cattrs.Converter:
         optional, lambda value: None if value is None else converter.unstructure(value, records.Evaluation)
     )
     configure_tagged_union(records.Event, converter, tag_name="kind", tag_generator=_tag)
+    for union in (records.JudgeAnswer, records.Order, records.Reply):
+        configure_tagged_union(union, converter, tag_name="kind", tag_generator=_tag)
     return converter
 
 

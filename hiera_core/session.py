@@ -9,6 +9,7 @@ import attrs
 import pluggy
 import structlog
 
+from hiera_core import sandbox
 from hiera_core.config import ConfigError, HieraConfig, structure, unstructure
 from hiera_core.plugins import KINDS, Registry, UnknownName, collect
 from hiera_core.protocols import (
@@ -80,6 +81,7 @@ class Session:
         reason = arch.unavailable_reason() if device else None
         if reason:
             raise ConfigError(f"architecture '{arch_name}' cannot run here: {reason}")
+        notices += [f"sandbox: {line}" for line in sandbox.protection().missing]
         tasks = workload.tasks()
         if not tasks:
             raise ConfigError(f"workload '{run.workload}' offers no task with this configuration")

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import secrets
@@ -22,6 +23,7 @@ log = structlog.get_logger(__name__)
 
 MANIFEST = "manifest.json"
 TRAJECTORY = "trajectory.jsonl"
+LOCK = ".lock"
 
 
 class RunDirError(Exception):
@@ -39,6 +41,28 @@ class RunStore:
         self.path = path.resolve()
         self.manifest = manifest
         self.events = events
+        self._lock = None
+
+    def lock(self) -> None:
+        """Hold the run directory for this process (released when it ends, however it ends); a second
+        optimizer on the same directory fails here instead of evaluating every candidate twice."""
+        handle = open(self.path / LOCK, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise RunDirError(f"{self.path} is in use by {holder}; wait for it to finish (or stop it) first") from None
+        handle.truncate(0)
+        handle.write(f"hiera process {os.getpid()}\n")
+        handle.flush()
+        self._lock = handle
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     @classmethod
     def create(cls, path: Path, manifest: records.RunManifest) -> RunStore:

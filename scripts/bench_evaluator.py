@@ -85,7 +85,7 @@ def main() -> None:
             released = time.perf_counter()
         assert isinstance(measured, Measured), measured
         phases = {}
-        for line in (job.workdir / "worker.log").read_text().splitlines():
+        for line in (job.workdir / "judge.log").read_text().splitlines():
             if line.startswith("phases: "):
                 phases.update(json.loads(line[len("phases: "):]))
         timed_gpu_s = (measured.latency_ms * measured.repeats + measured.reference_latency_ms * 5) / 1e3
@@ -121,7 +121,7 @@ def main() -> None:
         print(f"{r['candidate']:>4} {r['compile_s']:9.1f} {r['wait_s']:7.1f} {r['run_s']:6.2f} {r['profile_s']:6.2f}"
               f" {r['latency_ms']:10.3f} {r['run_overhead_s']:10.2f}")
     for phase in rows[0]["phases"]:
-        summary[f"worker_phase_{phase}_s_median"] = statistics.median(r["phases"].get(phase, 0.0) for r in rows)
+        summary[f"judge_phase_{phase}_s_median"] = statistics.median(r["phases"].get(phase, 0.0) for r in rows)
     for key, value in summary.items():
         print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}")
     if args.json:

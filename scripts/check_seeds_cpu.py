@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load_inline
 
-from hiera_plugins.cuda.worker import max_error
+from hiera_plugins.cuda.judge import max_error
 from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
 from hiera_plugins.kernelbench.harness import CALL_SEED, PYTORCH_ERROR_FACTOR
 from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig

@@ -1,6 +1,6 @@
 """Does cuDNN's algorithm search pay on a task? Times the task's FP32 `Model`, eager, with
 `torch.backends.cudnn.benchmark` off (PyTorch's default, the baseline's setting) and on, TF32 off (median of
-20 calls, each after a 256 MiB L2 flush, as the cuda worker times them), and each setting's largest error
+20 calls, each after a 256 MiB L2 flush, as the cuda judge times them), and each setting's largest error
 against the FP64 `Model` (relative to max(1, max |reference|)). One JSON line per task. Measured before making cuDNN's search an
 expert move; docs/kernelbench.md has the H200 figures.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from hiera_plugins.cuda.worker import timed
+from hiera_plugins.cuda.judge import timed
 from hiera_plugins.kernelbench.analysis import build_model, load_task_module
 from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
 

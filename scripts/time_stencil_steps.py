@@ -31,9 +31,9 @@ from hiera_core.engine import evaluate_source
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.protocols import StagePassed
 from hiera_core.session import Session
-from hiera_plugins.cuda.worker import load_candidate, timed
+from hiera_plugins.cuda.judge import timed
+from hiera_plugins.cuda.runner import load_candidate
 from hiera_workloads.stencil2d.cuda import CudaStencilHarness
-from hiera_workloads.stencil2d.reference import stencil_weights
 
 BEST = {"tiling": "ring", "boundary": "split", "vector_loads": True}
 """The search's best kernel at radius 3 (docs/stencil2d-h200.md); the template's defaults for the rest."""
@@ -97,10 +97,8 @@ def main() -> None:
         kernels = {name: future.result() for name, future in futures.items()}
     if not torch.cuda.is_available():
         raise SystemExit("built both kernels; timing them needs a CUDA device")
-    weights = stencil_weights(args.radius, session.task.params["weights"])
-
     def harness(n: int, steps: int) -> CudaStencilHarness:
-        return CudaStencilHarness(n=n, radius=args.radius, steps=steps, weights=weights)
+        return CudaStencilHarness(n=n, radius=args.radius, steps=steps)
 
     def inputs(n: int) -> list[torch.Tensor]:
         return harness(n, 1).make_inputs({"n": n}, seed=1, distribution="uniform")

@@ -46,7 +46,7 @@ def test_every_record_round_trips_through_json():
         event = records.CandidateEvaluated(candidate=candidate, evaluation=evaluation, wall_s=0.1)
         line = serialization.event_to_line(event)
         assert serialization.event_from_line(line) == event
-        assert '"schema_version": 1' in line
+        assert f'"schema_version": {records.SCHEMA_VERSION}' in line
     decision = records.SpaceDecision(space="pure_cuda", scores={"C": 0.1, "M": 0.9})
     plan = records.Plan(round=1, decision=decision, strategy=records.Strategy(space="pure_cuda", direction="M", name="s"), parent_id=None)
     assert serialization.event_from_line(serialization.event_to_line(records.PlanMade(plan=plan))).plan.decision.direction == "M"
@@ -55,7 +55,7 @@ def test_every_record_round_trips_through_json():
 def test_a_record_of_another_schema_is_refused():
     line = serialization.event_to_line(records.RoundFinished(round=0, best_candidate_id=None, best_latency_ms=None))
     with pytest.raises(serialization.SchemaMismatch):
-        serialization.event_from_line(line.replace('"schema_version": 1', '"schema_version": 99'))
+        serialization.event_from_line(line.replace(f'"schema_version": {records.SCHEMA_VERSION}', '"schema_version": 99'))
 
 
 def test_precedence_is_cli_then_environment_then_file_then_defaults(tmp_path):

@@ -116,7 +116,7 @@ def test_without_the_contract_the_candidate_writes_the_binding():
 
 
 def test_adaptive_timing_stops_when_the_mean_is_known_well_enough():
-    from hiera_plugins.cuda.worker import timing_done
+    from hiera_plugins.cuda.judge import timing_done
 
     fixed = {"repeats": 10, "adaptive": False, "target_rse": 0.005, "max_repeats": 50}
     adaptive = {**fixed, "adaptive": True}
@@ -131,7 +131,7 @@ def test_outputs_are_compared_in_chunks_with_the_same_verdict():
     memory on KernelBench level 1 task 38); the verdict and the first bad element do not depend on it."""
     import torch
 
-    from hiera_plugins.cuda.worker import max_error
+    from hiera_plugins.cuda.judge import max_error
 
     torch.manual_seed(0)
     reference = torch.randn(37, 29, dtype=torch.float64) * 3

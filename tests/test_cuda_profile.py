@@ -26,7 +26,7 @@ GPU_SIGNALS = {
     "compute_floor_fraction",
 }
 
-# What `ncu --csv --page raw --print-units base` prints for a worker that launches two kernels inside the
+# What `ncu --csv --page raw --print-units base` prints for a runner that launches two kernels inside the
 # NVTX range: ncu's own lines and the program's output first, then a header, a row of units and one row per
 # kernel, every field quoted, thousands separators inside the quotes, `n/a` where a metric does not apply.
 NCU_OUTPUT = """\
@@ -141,7 +141,7 @@ def test_metric_list_is_small_unique_and_holds_what_the_signals_read():
 
 
 def test_ncu_command_profiles_the_nvtx_range_with_clocks_untouched():
-    argv = ["/venv/bin/python", "-m", "hiera_plugins.cuda.worker", "job.json"]
+    argv = ["/venv/bin/python", "-m", "hiera_plugins.cuda.runner", "0", "--profile"]
     command = ncu.ncu_command(argv, ncu="/usr/local/cuda/bin/ncu", nvtx_range="cand")
 
     assert command[0] == "/usr/local/cuda/bin/ncu"

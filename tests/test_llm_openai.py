@@ -8,7 +8,7 @@ import pytest
 from llm_chat_server import ChatServer, Reply
 
 from hiera_core import records
-from hiera_core.isolation import candidate_environment
+from hiera_core.sandbox import candidate_environment
 from hiera_core.store import RunStore
 from hiera_workloads.stencil2d.host import HostStencilTemplate
 

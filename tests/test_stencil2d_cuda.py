@@ -152,20 +152,20 @@ def test_the_harness_needs_no_gpu_to_exist():
     h = Stencil2D(Stencil2DConfig(n=2048, radius=2, steps=2)).harness(task(n=2048, radius=2, steps=2), "cuda")
     assert isinstance(h, CudaStencilHarness)
     assert h.entry == "forward" and h.dtype == "float64" and h.tolerance == (1e-10, 1e-12)
-    assert h.reference_engine in ("cupy", "torch") and h.steps == 2 and h.weights.shape == (5, 5)
+    assert h.reference_engine.startswith("CuPy ") and h.steps == 2
     cases = h.correctness_cases(remeasure=False)
     assert cases[0] == {"label": "task n=2048", "n": 2048, "first_seed_only": True} == h.timing_case()
     assert [c["n"] for c in cases[1:]] == [1000, 333, 256, 37, 5] and not any(c["first_seed_only"] for c in cases[1:])
     fresh = h.correctness_cases(remeasure=True)
     assert {c["n"] for c in fresh[1:]}.isdisjoint(c["n"] for c in cases[1:])
     assert set(h.seeds(True)).isdisjoint(h.seeds(False))
-    small = CudaStencilHarness(n=1000, radius=3, steps=1, weights=stencil_weights(3, "normalized"))
+    small = CudaStencilHarness(n=1000, radius=3, steps=1)
     assert [c["n"] for c in small.correctness_cases(False)] == [1000, 333, 256, 37, 5]  # the task size once
 
 
 def test_the_reference_is_the_numpy_definition_whatever_the_array_module():
-    """The worker's reference runs `reference` on CuPy arrays; the same code on torch CPU tensors (the
-    fallback's path) agrees with numpy to the last bit."""
+    """The judge's reference runs `reference` on CuPy arrays, written for any array module: on torch CPU
+    tensors the same code agrees with numpy to the last bit."""
     torch = pytest.importorskip("torch")
     weights = stencil_weights(2, "normalized")
     field = np.random.default_rng(3).uniform(-1, 1, size=(11, 11))

@@ -95,11 +95,11 @@ def kernels(build):
 
 
 def harness_for(radius=3, steps=1, n=64):
-    return HostStencilHarness(n=n, radius=radius, steps=steps, weights=stencil_weights(radius, "normalized"))
+    return HostStencilHarness(n=n, radius=radius, steps=steps)
 
 
 def mismatches(lib, harness):
-    """Labels of the checks (case, seed, distribution) the kernel fails, run as the worker runs them."""
+    """Labels of the checks (case, seed, distribution) the kernel fails, run as the judge runs them."""
     failed = []
     for case in harness.correctness_cases(remeasure=False):
         seeds = harness.seeds(remeasure=False)
@@ -122,6 +122,14 @@ def test_reference_is_the_definition(n, radius, steps):
     weights = np.random.default_rng(radius).uniform(size=(2 * radius + 1, 2 * radius + 1))
     expected = direct_stencil(field, weights, steps)
     np.testing.assert_allclose(reference(field, weights, steps), expected, rtol=1e-13, atol=1e-13)
+
+
+def test_checks_draw_fresh_normalised_weights():
+    harness = harness_for()
+    case = {"label": "small", "n": 8}
+    first, second = (harness.make_inputs(case, seed, "uniform")["weights"] for seed in (1, 2))
+    assert first.shape == (7, 7) and (first > 0).all() and first.sum() == pytest.approx(1.0)
+    assert not np.array_equal(first, second)
 
 
 def test_weights_are_fixed_and_normalised():
@@ -147,7 +155,7 @@ def test_kernel_matches_reference(kernels, name, radius):
             np.testing.assert_allclose(out, expected, *harness.tolerance, err_msg=f"n={n} steps={steps}")
 
 
-def test_seed_and_best_pass_every_worker_check(kernels):
+def test_seed_and_best_pass_every_judge_check(kernels):
     workload = Stencil2D(Stencil2DConfig(host_n=96, steps=2))
     harness = workload.harness(workload.tasks()[0], "host")
     for name in ("seed", "split-unroll4-block256-threads0", "streaming-unroll8-block128-threads2"):

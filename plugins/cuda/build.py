@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from hiera_core import EvalJob
-from hiera_core.isolation import describe_exit, run_isolated
+from hiera_core.sandbox import describe_exit, run_sandboxed
 from hiera_core.records import content_id
 
 @attrs.frozen(kw_only=True)
@@ -69,7 +69,7 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
             "include_paths": job.toolchain.get("include_paths", []),
         }
         env = {"CUDA_HOME": job.toolchain["cuda_home"], "TORCH_CUDA_ARCH_LIST": job.toolchain["arch_list"], "MAX_JOBS": "2"}
-        result = run_isolated(
+        result = run_sandboxed(
             [sys.executable, "-m", "hiera_plugins.cuda.build"], cwd=build_dir, timeout_s=timeout_s,
             stdin=json.dumps(request), env_extra=env,
         )

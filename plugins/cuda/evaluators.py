@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 import attrs
 
 from hiera_core import EvalJob, StagePassed
-from hiera_core.isolation import describe_exit, run_isolated, run_worker
-from hiera_core.records import CompileFailed, Evaluation, Measured, Profile, StaticRejected
+from hiera_core.judging import run_judge
+from hiera_core.records import CompileFailed, Evaluation, JudgeRequest, Judged, Measured, Profile, StaticRejected
+from hiera_core.sandbox import describe_exit, run_sandboxed
 
 from hiera_plugins.cuda import checks, profile
 from hiera_plugins.cuda.build import build_candidate, compiler_errors
@@ -88,7 +89,14 @@ class CudaCompile:
 class CudaRunConfig:
     device: int = 0
     timeout_s: float = 300.0
-    """The worker (all checks and timing) is killed after this long and the candidate recorded as timed out."""
+    """The judge (all checks and timing) is killed after this long and the candidate recorded as timed out."""
+    call_timeout_s: float = 60.0
+    """One call of the candidate longer than this: timed out."""
+    check_fraction: float = 0.1
+    """The share of timed calls (each on fresh inputs) whose output the judge checks, chosen in secret; at least
+    two, and the last."""
+    memory_gib: float = 64.0
+    """Host memory the candidate's sandbox may use (judge included); GPU memory is the device's."""
     repeats: int = 100
     """Timed calls of the candidate (at least this many when `adaptive`)."""
     adaptive: bool = False
@@ -101,13 +109,11 @@ class CudaRunConfig:
     reference_budget_s: float = 3.0
     """The reference is timed interleaved with the candidate until it has this much GPU time (and at least
     `min_reference_repeats` calls): a slow reference should not dominate evaluation."""
-    max_speedup: float = 100.0
-    """Speedups over the reference beyond this are flagged, not celebrated."""
     compile_baseline: bool = True
     """On the final re-measurement, also time the reference under `torch.compile` where the workload's harness
-    offers it (KernelBench's second baseline); its compilation runs once per task, in the worker."""
+    offers it (KernelBench's second baseline); its compilation runs once per task, in the judge."""
     compile_baseline_timeout_s: float = 600.0
-    """Added to that worker's `timeout_s` for the compilation (minutes for a level 3 model)."""
+    """Added to that judge's `timeout_s` for the compilation (minutes for a level 3 model)."""
 
 
 class CudaRun:
@@ -122,43 +128,34 @@ class CudaRun:
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
         compile_baseline = self.config.compile_baseline and job.remeasure
-        request = {
-            **job.worker_request(), "device": self.config.device,
-            "remeasure": job.remeasure, "compile_baseline": compile_baseline,
-            "timing": {k: getattr(self.config, k) for k in (
-                "repeats", "adaptive", "target_rse", "max_repeats", "input_sets", "min_reference_repeats", "reference_budget_s")},
-        }
+        memory = int(self.config.memory_gib * 2**30)
+        request = JudgeRequest(
+            workload_factory=job.workload_factory, workload_config=job.workload_config, task=job.task,
+            library=job.artifacts["library"], remeasure=job.remeasure,
+            settings={**attrs.asdict(self.config), "compile_baseline": compile_baseline, "memory_bytes": memory},
+        )
         timeout_s = self.config.timeout_s + (self.config.compile_baseline_timeout_s if compile_baseline else 0.0)
-        answer = run_worker("hiera_plugins.cuda.worker", request, workdir=job.workdir, timeout_s=timeout_s,
-                            device_lock=gpu_lock(self.config.device))
-        if not isinstance(answer, dict):
+        answer = run_judge("hiera_plugins.cuda.judge", request, workdir=job.workdir, timeout_s=timeout_s,
+                           memory_bytes=memory, device_lock=gpu_lock(self.config.device))
+        if not isinstance(answer, Judged):
             return answer
-        violation = checks.runtime_space_violation(answer["kernels"], answer["aten_ops"], job.space_rank)
+        violation = checks.runtime_space_violation(answer.kernels, answer.aten_ops, job.space_rank)
         if violation:
             return StaticRejected(reason=f"{job.candidate.space}: {violation}")
-        return self._measured(job, answer)
-
-    def _measured(self, job: EvalJob, answer: dict[str, Any]) -> Measured:
-        latency, reference = answer["latency_ms"], answer["reference_latency_ms"]
-        flags = []
-        if job.roofline is not None and latency < 0.9 * job.roofline.floor_ms:
-            flags.append(f"{latency:.4f} ms is below 90% of the roofline floor {job.roofline.floor_ms:.4f} ms: physically implausible")
-        if reference / latency > self.config.max_speedup:
-            flags.append(f"speedup {reference / latency:.0f}x over the reference exceeds the plausibility bound {self.config.max_speedup:.0f}x")
         return Measured(
-            latency_ms=latency,
-            latency_p10_ms=answer["latency_p10_ms"],
-            latency_p90_ms=answer["latency_p90_ms"],
-            repeats=answer["repeats"],
-            reference_latency_ms=reference,
-            max_abs_error=answer["max_abs_error"],
-            checks=answer["checks"],
+            latency_ms=answer.latency_ms,
+            latency_p10_ms=answer.latency_p10_ms,
+            latency_p90_ms=answer.latency_p90_ms,
+            repeats=answer.repeats,
+            reference_latency_ms=answer.reference_latency_ms,
+            max_abs_error=answer.max_abs_error,
+            checks=[*answer.checks, f"{answer.checked_timed_calls} timed calls on fresh inputs"],
             compile_s=job.compile_s,
-            profile=fallback_profile("not profiled yet", job, latency),
-            flags=flags,
+            profile=fallback_profile("not profiled yet", job, answer.latency_ms),
+            timing_bound=answer.timing_bound,
             resources=json.loads(job.artifacts.get("resources", "{}")),
-            compiled_reference_latency_ms=answer.get("compiled_reference_latency_ms"),
-            compiled_reference_note=answer.get("compiled_reference_note", ""),
+            compiled_reference_latency_ms=answer.compiled_reference_latency_ms,
+            compiled_reference_note=answer.compiled_reference_note,
         )
 
 
@@ -190,10 +187,11 @@ class CudaProfile:
             why = "profiling is disabled ([evaluator.cuda-profile] enabled = false)" if not self.config.enabled else "ncu not found"
             return attrs.evolve(measured, profile=fallback_profile(why, job, measured.latency_ms))
         range_name = "hiera_profile"
-        request = {**job.worker_request(), "device": self.config.device, "profile": True, "nvtx_range": range_name}
-        command = profile.ncu_command([sys.executable, "-m", "hiera_plugins.cuda.worker"], ncu=ncu, nvtx_range=range_name)
+        request = {**job.worker_request(), "nvtx_range": range_name}
+        command = profile.ncu_command([sys.executable, "-m", "hiera_plugins.cuda.runner", str(self.config.device), "--profile"],
+                                      ncu=ncu, nvtx_range=range_name)
         with gpu_lock(self.config.device):
-            result = run_isolated(command, cwd=job.workdir / "scratch", timeout_s=self.config.timeout_s, stdin=json.dumps(request))
+            result = run_sandboxed(command, cwd=job.workdir / "profile", timeout_s=self.config.timeout_s, stdin=json.dumps(request))
         (job.workdir / "ncu.log").write_text(result.stdout[-200_000:] + result.stderr[-20_000:])
         problem = "ncu timed out" if result.timed_out else profile.permission_problem(result.stdout + result.stderr)
         kernels = [] if problem else profile.parse_ncu_csv(result.stdout)

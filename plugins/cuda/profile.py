@@ -1,6 +1,6 @@
 """Nsight Compute profiling of one candidate call: the ncu command, its CSV, and the `Profile` it becomes.
 
-The worker runs an unprofiled warm-up, then one candidate call inside an NVTX push/pop range; `ncu_command`
+The runner (`--profile`) runs an unprofiled warm-up, then one candidate call inside an NVTX push/pop range; `ncu_command`
 profiles every kernel launched inside that range and nothing else. `parse_ncu_csv` reads ncu's raw CSV page
 (one row per kernel), and `summarize` turns the kernels into the `Profile` the direction rules read.
 

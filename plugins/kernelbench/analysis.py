@@ -140,7 +140,7 @@ def analyse(module: ModuleType) -> TaskAnalysis:
         inputs = meta_inputs(module)
     except Exception as exc:  # noqa: BLE001
         raise TaskUnusable(f"building the model or its inputs failed: {one_line(exc)}") from None
-    from hiera_plugins.cuda.worker import OpNames
+    from hiera_plugins.cuda.runner import OpNames
 
     traced_on = "meta"
     ops = OpNames()

@@ -1,8 +1,8 @@
-"""The cuda worker's harness for a KernelBench task (interface: `hiera_plugins.cuda.worker`'s docstring).
+"""The cuda judge's harness for a KernelBench task (interface: `hiera_plugins.cuda.judge`'s docstring).
 
 Positional inputs are the `get_inputs()` tensors on the GPU followed by the model's parameters and buffers, in
 the binding's order; scalar forward arguments are not passed (the binding's defaults hold their values). The
-reference is the task's `Model` in FP64 (`model.double()`, floating inputs `.double()`, TF32 off, as the worker
+reference is the task's `Model` in FP64 (`model.double()`, floating inputs `.double()`, TF32 off, as the judge
 sets it); the baseline is the same `Model` in FP32, eager. A forward that draws random numbers (dropout in
 training mode) is checked as KernelBench checks it: the reference is the FP32 `Model` and every call, the
 candidate's too, starts from one RNG seed (the draws depend on the dtype). KernelBench tasks have one shape each, so the
@@ -20,7 +20,7 @@ from typing import Any
 from hiera_plugins.kernelbench.analysis import analyse, build_model, load_task_module, state_of
 
 FULL_SETS = 10
-"""Input sets a worker holds at once under the full protocol: 3 seeds x 2 distributions, 3 timing sets, and
+"""Input sets the judge holds at once under the full protocol: 3 seeds x 2 distributions, 3 timing sets, and
 the values written into the timed inputs in place."""
 
 LARGE_SHARE = 0.5
@@ -52,12 +52,12 @@ class KernelBenchHarness:
         self.dtype = self.analysis.output_dtype
         self.tolerance = tolerance
         """(rtol, atol): KernelBench's FP32 tolerance by default, 1e-4 each (`get_tolerance_for_precision`;
-        versions 0 and 0.1 used 1e-2); the worker scales atol by max(1, rms(reference))."""
+        versions 0 and 0.1 used 1e-2); the judge scales atol by max(1, rms(reference))."""
         model = build_model(self.module, "cpu")
         self.reference_model = copy.deepcopy(model).double().cuda()
         self.model = model.cuda()
         self.state = [t.detach() for _, _, t in state_of(self.model)]
-        """The model's parameters and buffers as plain tensors (same storage): the worker rewrites every
+        """The model's parameters and buffers as plain tensors (same storage): the judge writes every
         argument in place between calls, which autograd refuses on a parameter that requires grad."""
         self.call_seed = CALL_SEED if self.analysis.random else None
         self._scalars: dict[int, Any] = {}

@@ -1,10 +1,9 @@
 """The stencil's GPU (`cuda`) side: the frozen PyTorch-extension contract, the expert kernels and the
-worker's harness.
+judge's harness.
 
 The harness checks candidates against an FP64 reference computed with CuPy (one shifted add per tap),
-independently of PyTorch. Where CuPy cannot be imported it falls back to the same shifted adds in
-PyTorch FP64 (`CudaStencilHarness.reference_engine` says which ran); the timed baseline is always
-PyTorch's `conv2d` (cuDNN) in FP64.
+independently of PyTorch; CuPy is a dependency of hiera, and a harness without it refuses to start. The
+timed baseline is PyTorch's `conv2d` (cuDNN) in FP64.
 """
 
 from __future__ import annotations
@@ -17,15 +16,15 @@ import numpy as np
 
 from hiera_core.protocols import Knob
 from hiera_core.records import Baseline, Contract, Task
+from hiera_workloads.stencil2d.reference import draw_weights
 from hiera_workloads.stencil2d.reference import reference as shifted_add_reference
-from hiera_workloads.stencil2d.reference import stencil_weights
 
 SOURCE_FILENAME = "cuda_source.cu"
 BINDING_FILENAME = "cpp_source.cpp"
 ENTRY = "forward"
 DECLARATION = "torch::Tensor stencil2d(torch::Tensor field, torch::Tensor weights, int64_t steps);"
 TOLERANCE = (1e-10, 1e-12)
-"""(rtol, atol) of the check; the worker scales atol by max(1, rms(reference)). Fields are at most 100 in
+"""(rtol, atol) of the check; the judge scales atol by max(1, rms(reference)). Fields are at most 100 in
 magnitude and the weights are positive and sum to 1, so FP64 summation-order differences stay near 1e-15
 of the output's scale; an indexing, boundary or precision error moves outputs by far more."""
 CHECK_SIZES = (1000, 333, 256, 37, 5)
@@ -58,7 +57,8 @@ Apply the {k}x{k} box stencil (radius {r}) `steps` times to the n x n grid `fiel
     next[i][j] = sum over a, b in [-{r}, {r}] of weights[a + {r}][b + {r}] * cur[i + a][j + b]
 where cur[y][x] is 0 outside 0 <= y, x < n (zero padding), cur is `field` for the first application
 and each application's result for the next.{_temporal(steps)} `field` is a contiguous n x n float64 CUDA tensor and
-`weights` a contiguous {k}x{k} float64 CUDA tensor on the same device (positive, summing to 1).
+`weights` a contiguous {k}x{k} float64 CUDA tensor on the same device: any positive values summing to 1,
+drawn afresh for every check and timed call (read them; never assume the task's own).
 Return a new contiguous n x n float64 CUDA tensor; never write `field` or `weights`. Compute in FP64
 (no float32, half or TF32 anywhere); any summation order passes (rtol={TOLERANCE[0]:g}, atol={TOLERANCE[1]:g} times
 the output's RMS). Launch on `at::cuda::getCurrentCUDAStream()` and create no streams or threads:
@@ -116,9 +116,7 @@ def baselines(task: Task) -> list[Baseline]:
 
 def harness(task: Task) -> CudaStencilHarness:
     p = task.params
-    return CudaStencilHarness(
-        n=grid(task), radius=p["radius"], steps=p["steps"], weights=stencil_weights(p["radius"], p["weights"])
-    )
+    return CudaStencilHarness(n=grid(task), radius=p["radius"], steps=p["steps"])
 
 
 def _check_sizes(n: int, remeasure: bool) -> list[int]:
@@ -1034,12 +1032,12 @@ at::Tensor stencil2d(at::Tensor field, at::Tensor weights, int64_t steps) {
 """
 
 
-# --- the worker's harness ------------------------------------------------------------------------
+# --- the judge's harness -------------------------------------------------------------------------
 
 
 class CudaStencilHarness:
-    """What the cuda worker needs to check and time `stencil2d` candidates of one task (see
-    `hiera_plugins.cuda.worker` for the interface).
+    """What the cuda judge and runner need to check and time `stencil2d` candidates of one task (see
+    `hiera_plugins.cuda.judge` for the interface).
 
     A case is a JSON-able dict: `label`, `n` (the grid side) and `first_seed_only`: the task-size case
     asks for the first seed and the first distribution only, to keep the check fast (the timed calls
@@ -1052,13 +1050,12 @@ class CudaStencilHarness:
     distributions = ("uniform", "spiky")
     tolerance = TOLERANCE
 
-    def __init__(self, *, n: int, radius: int, steps: int, weights: np.ndarray) -> None:
+    def __init__(self, *, n: int, radius: int, steps: int) -> None:
         self.n = n
         self.radius = radius
         self.steps = steps
-        self.weights = np.ascontiguousarray(weights, dtype=np.float64)
         self.reference_engine = _reference_engine()
-        """`cupy` (the FP64 reference is computed with CuPy) or `torch` (CuPy is not importable)."""
+        """What computes the FP64 reference: `CuPy <version>`."""
 
     def correctness_cases(self, remeasure: bool) -> list[dict[str, Any]]:
         task = {"label": f"task n={self.n}", "n": self.n, "first_seed_only": True}
@@ -1072,7 +1069,8 @@ class CudaStencilHarness:
 
     def make_inputs(self, case: Mapping[str, Any], seed: int, distribution: str) -> list[Any]:
         """`field`: uniform in [-1, 1], or spiky: 1% of the points (at least one) at +-[1, 100], the rest 0;
-        `weights`: the task's. Generated on the GPU, the same for the same (case, seed, distribution)."""
+        `weights`: any positive values summing to 1, drawn afresh (the contract's range). Generated on the GPU,
+        the same for the same (case, seed, distribution)."""
         import torch
 
         if distribution not in self.distributions:
@@ -1090,27 +1088,23 @@ class CudaStencilHarness:
             field = torch.zeros(n * n, **options)
             field[where] = (torch.rand(spikes, generator=generator, **options) * 99 + 1) * sign
             field = field.view(n, n)
-        return [field.contiguous(), torch.from_numpy(self.weights).to("cuda")]
+        weights = draw_weights(self.radius, np.random.default_rng(int(state)))
+        return [field.contiguous(), torch.from_numpy(weights).to("cuda")]
 
     def reference(self, case: Mapping[str, Any], inputs: list[Any]) -> Any:
         """The FP64 result of `steps` shifted-add applications, computed with CuPy from the inputs."""
         import torch
 
-        field, weights = inputs
-        if self.reference_engine == "cupy":
-            import cupy
+        import cupy
 
-            with cupy.cuda.Device(field.device.index):
-                result = shifted_add_reference(
-                    cupy.from_dlpack(field.detach()), cupy.asnumpy(cupy.from_dlpack(weights.detach())),
-                    self.steps, zeros=cupy.zeros,
-                )
-                cupy.get_default_memory_pool().free_all_blocks()  # the temporaries; `result` stays
-            return torch.from_dlpack(result)
-        return shifted_add_reference(
-            field.detach().to(torch.float64), weights.detach().cpu().numpy(), self.steps,
-            zeros=lambda shape: torch.zeros(shape, dtype=torch.float64, device=field.device),
-        )
+        field, weights = inputs
+        with cupy.cuda.Device(field.device.index):
+            result = shifted_add_reference(
+                cupy.from_dlpack(field.detach()), cupy.asnumpy(cupy.from_dlpack(weights.detach())),
+                self.steps, zeros=cupy.zeros,
+            )
+            cupy.get_default_memory_pool().free_all_blocks()  # the temporaries; `result` stays
+        return torch.from_dlpack(result)
 
     def baseline(self, inputs: list[Any]) -> Any:
         """What users compare against: PyTorch's conv2d (cuDNN) in FP64, applied `steps` times."""
@@ -1126,7 +1120,7 @@ class CudaStencilHarness:
 
 def _reference_engine() -> str:
     try:
-        import cupy  # noqa: F401
-    except ImportError:
-        return "torch"
-    return "cupy"
+        import cupy
+    except ImportError as exc:
+        raise RuntimeError(f"the stencil2d reference needs CuPy (a dependency of hiera: pip install -e .): {exc}") from None
+    return f"CuPy {cupy.__version__}"

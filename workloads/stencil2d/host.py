@@ -1,4 +1,4 @@
-"""The stencil's host side: the C contract, the expert template and the worker's harness."""
+"""The stencil's host side: the C contract, the expert template and the judge's harness."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from hiera_core.protocols import Knob
 from hiera_core.records import Contract, Task
-from hiera_workloads.stencil2d.reference import reference, stencil_weights
+from hiera_workloads.stencil2d.reference import draw_weights, reference
 
 SOURCE_FILENAME = "host_source.c"
 SYMBOL = "hiera_stencil2d"
@@ -52,8 +52,9 @@ Apply a (2*radius+1) x (2*radius+1) box stencil `steps` times to the n x n FP64 
 where cur[y][x] is 0 outside 0 <= y, x < n (zero padding). `in`, `out` and `scratch` are n*n
 row-major doubles that do not overlap; the last step's result goes to `out`; `in` must not be
 written; `scratch` may be overwritten (e.g. to ping-pong between steps). Return 0 on success,
-nonzero on invalid arguments. Compute in FP64; any summation order passes (rtol={TOLERANCE[0]:g},
-atol={TOLERANCE[1]:g}). This task calls it with n={grid(task)}, radius={p["radius"]} and steps={p["steps"]}, and
+nonzero on invalid arguments. `weights` holds any positive values summing to 1: the checks draw
+new ones for every input, so read them, never assume the task's own. Compute in FP64; any summation
+order passes (rtol={TOLERANCE[0]:g}, atol={TOLERANCE[1]:g}). This task calls it with n={grid(task)}, radius={p["radius"]} and steps={p["steps"]}, and
 checks it on smaller grids too, down to n=1."""
     return Contract(source_filename=SOURCE_FILENAME, interface=interface, files={"stencil2d.h": HEADER})
 
@@ -72,7 +73,7 @@ def templates(task: Task) -> list[HostStencilTemplate]:
 def harness(task: Task) -> HostStencilHarness:
     p = task.params
     return HostStencilHarness(
-        n=grid(task), radius=p["radius"], steps=p["steps"], weights=stencil_weights(p["radius"], p["weights"])
+        n=grid(task), radius=p["radius"], steps=p["steps"]
     )
 
 
@@ -407,11 +408,12 @@ int hiera_stencil2d(int n, int radius, int steps, const double *weights, const d
 
 
 class HostStencilHarness:
-    """What the host worker needs to check and time `hiera_stencil2d` candidates of one task.
+    """What the host judge and runner need to check and time `hiera_stencil2d` candidates of one task.
 
     A case is a JSON-able dict: `label`, `n` (the grid side) and `first_seed_only` (the task-size case
     is checked with the first seed only, to keep the check fast; the others with every seed). The
-    worker combines each case with `seeds(remeasure)` and every distribution. The weights, radius and
+    judge combines each case with `seeds(remeasure)` and every distribution. Every input is drawn per seed,
+    the weights too (any positive values summing to 1, as the contract states); the radius and
     steps are fixed per task and held here, not in the inputs.
     """
 
@@ -419,11 +421,10 @@ class HostStencilHarness:
     distributions = ("uniform", "spiky")
     tolerance = TOLERANCE
 
-    def __init__(self, *, n: int, radius: int, steps: int, weights: np.ndarray) -> None:
+    def __init__(self, *, n: int, radius: int, steps: int) -> None:
         self.n = n
         self.radius = radius
         self.steps = steps
-        self.weights = np.ascontiguousarray(weights, dtype=np.float64)
         self._scratch: dict[int, np.ndarray] = {}
 
     def correctness_cases(self, remeasure: bool) -> list[dict[str, Any]]:
@@ -440,20 +441,22 @@ class HostStencilHarness:
         return (101, 102, 103) if remeasure else (1, 2, 3)
 
     def make_inputs(self, case: Mapping[str, Any], seed: int, distribution: str) -> dict[str, np.ndarray]:
-        """`field`: uniform in [-1, 1], or spiky: 1% of the points (at least one) at +-[1, 100], the rest 0."""
+        """`field`: uniform in [-1, 1], or spiky: 1% of the points (at least one) at +-[1, 100], the rest 0;
+        `weights`: positive, summing to 1."""
         if distribution not in self.distributions:
             raise ValueError(f"unknown distribution {distribution!r}; known: {', '.join(self.distributions)}")
         n = case["n"]
         rng = np.random.default_rng([seed, n, self.distributions.index(distribution)])
+        weights = draw_weights(self.radius, rng)
         if distribution == "uniform":
-            return {"field": rng.uniform(-1.0, 1.0, size=(n, n))}
+            return {"field": rng.uniform(-1.0, 1.0, size=(n, n)), "weights": weights}
         field = np.zeros(n * n)
         spikes = rng.choice(n * n, size=max(n * n // 100, 1), replace=False)
         field[spikes] = rng.uniform(1.0, 100.0, size=spikes.size) * rng.choice((-1.0, 1.0), size=spikes.size)
-        return {"field": field.reshape(n, n)}
+        return {"field": field.reshape(n, n), "weights": weights}
 
     def reference(self, case: Mapping[str, Any], inputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        return reference(inputs["field"], self.weights, self.steps)
+        return reference(inputs["field"], inputs["weights"], self.steps)
 
     def output(self, case: Mapping[str, Any]) -> np.ndarray:
         return np.empty((case["n"], case["n"]))
@@ -469,7 +472,8 @@ class HostStencilHarness:
         kernel.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int, *[ctypes.c_void_p] * 4)
         kernel.restype = ctypes.c_int
         grids = [_data(array, (n, n)) for array in (inputs["field"], out, scratch)]
-        status = kernel(n, self.radius, self.steps, _data(self.weights, self.weights.shape), *grids)
+        k = 2 * self.radius + 1
+        status = kernel(n, self.radius, self.steps, _data(inputs["weights"], (k, k)), *grids)
         if status != 0:
             raise RuntimeError(f"{self.symbol} returned {status} for n={n}")
 

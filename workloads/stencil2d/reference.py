@@ -26,6 +26,14 @@ def stencil_weights(radius: int, kind: str) -> np.ndarray:
     raise ValueError(f"unknown weights {kind!r}; known: {', '.join(WEIGHT_KINDS)}")
 
 
+def draw_weights(radius: int, rng: np.random.Generator) -> np.ndarray:
+    """Fresh weights within the contract's range (any positive (2r+1)^2 values summing to 1): the checks draw
+    new ones for every input, so a candidate that bakes in the task's own weights fails them."""
+    k = 2 * radius + 1
+    weights = rng.uniform(0.25, 1.75, size=(k, k))
+    return weights / weights.sum()
+
+
 def reference(field: Any, weights: np.ndarray, steps: int, zeros: Callable[[tuple[int, int]], Any] = np.zeros) -> Any:
     """Apply the stencil `steps` times to the square FP64 `field`, zero outside it, one shifted add per tap.
 

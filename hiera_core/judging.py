@@ -1,0 +1,318 @@
+"""The judge and the runner: who decides a candidate's verdict, and how they talk.
+
+Three processes take part in evaluating a candidate on a device:
+
+    hiera ──JudgeRequest──► judge (sandboxed, trusted: never loads candidate code)
+                              │  makes every input, owns the buffers, computes the references,
+                              │  compares, and times each call with its own clock
+                              ├──Order──► runner (same sandbox, no capabilities: loads the candidate,
+                              ◄──Reply──   calls it on the judge's buffers; what it says is a claim)
+    hiera ◄──JudgeAnswer── judge
+
+Everything that crosses a boundary is a record of `hiera_core.records`, encoded by the one converter; a
+runner's reply that does not decode, or comes out of turn, ends the evaluation as a crash. This module
+holds the three sides' plumbing; an architecture's judge and runner (`hiera_plugins.host.judge`, ...)
+hold the semantics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import selectors
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from hiera_core import sandbox
+from hiera_core.config import structure
+from hiera_core.records import (
+    CallDone,
+    CallFailed,
+    Crashed,
+    Evaluation,
+    Incorrect,
+    JudgeAnswer,
+    JudgeRequest,
+    Judged,
+    Order,
+    Reply,
+    Task,
+    TimedOut,
+)
+from hiera_core.serialization import from_dict, to_dict
+
+READY = "hiera-judge-ready"
+"""The line a judge prints once it has prepared everything that needs no device; it then waits for `go`."""
+
+
+# --- hiera's side --------------------------------------------------------------------------------
+
+
+def run_judge(
+    module: str, request: JudgeRequest, *, workdir: Path, timeout_s: float, memory_bytes: int | None = None,
+    device_lock: AbstractContextManager | None = None, command: Sequence[str] | None = None,
+    env_extra: dict[str, str] | None = None,
+) -> Judged | Evaluation:
+    """Run an architecture's judge (`python -m module`, or `command`) on one candidate, in a new sandbox.
+
+    The judge starts at once and prepares (interpreter, imports, harness, its runner); only after it prints
+    `READY` is `device_lock` taken and `go` sent, so start-up overlaps other candidates' device time. Each
+    phase has `timeout_s`; at the end of it the whole sandbox is killed. Returns the judge's `Judged`, or
+    the Evaluation that ends the pipeline. The judge's log goes to `workdir/judge.log`."""
+    scratch = workdir / "scratch"
+    with open(workdir / "judge.log", "w") as log:
+        box = sandbox.start(
+            list(command or [sys.executable, "-m", module]), scratch=scratch, memory_bytes=memory_bytes, env_extra=env_extra,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+        )
+        try:
+            box.process.stdin.write(json.dumps(to_dict(request)) + "\n")
+            box.process.stdin.flush()
+            before = _read_until(box, READY, timeout_s)
+            if before is None:
+                return TimedOut(limit_s=timeout_s)
+            with device_lock or contextlib.nullcontext():
+                box.process.stdin.write("go\n")
+                box.process.stdin.flush()
+                stdout = _read_until(box, None, timeout_s)
+            if stdout is None:
+                return TimedOut(limit_s=timeout_s)
+            box.process.wait()
+        except BrokenPipeError:
+            stdout = ""
+            box.process.wait()
+        finally:
+            box.close()
+    lines = stdout.strip().splitlines()
+    if not lines:
+        tail = [line for line in (workdir / "judge.log").read_text().splitlines() if line.strip()][-2:]
+        return Crashed(reason=f"the judge gave no answer ({sandbox.describe_exit(box.process.returncode or 0)})"
+                              f"{': ' + ' | '.join(tail) if tail else ''}")
+    return from_dict(json.loads(lines[-1]), JudgeAnswer)
+
+
+def _read_until(box: sandbox.Sandboxed, marker: str | None, timeout_s: float) -> str | None:
+    """Everything the judge prints up to `marker` (or to its end when None); None, everything killed, on time-out."""
+    deadline = time.monotonic() + timeout_s
+    seen = []
+    stream = box.process.stdout
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                box.kill()
+                return None
+            if not selector.select(remaining):
+                continue
+            line = stream.readline()
+            if not line or (marker is not None and line.strip() == marker):
+                return "".join(seen)
+            seen.append(line)
+
+
+# --- the judge's side ----------------------------------------------------------------------------
+
+
+def harness_of(workload_factory: str, workload_config: dict[str, Any], task: Task, arch: str) -> Any:
+    """The workload's harness for `task` on `arch`, rebuilt in a judge or a runner process."""
+    module, _, qualname = workload_factory.partition(":")
+    workload_cls = getattr(importlib.import_module(module), qualname)
+    config = structure(workload_config, workload_cls.config_class, where="judge") if workload_cls.config_class else None
+    return workload_cls(config).harness(task, arch)
+
+
+class RunnerGone(Exception):
+    """The runner died, hung, or broke the protocol: the candidate crashed (or timed out)."""
+
+    def __init__(self, reason: str, *, timed_out: bool = False) -> None:
+        super().__init__(reason)
+        self.timed_out = timed_out
+
+
+def read_request() -> JudgeRequest:
+    """Judge: the request on stdin; from here on nothing without CAP_SYS_PTRACE can read this process."""
+    sandbox.make_undumpable()
+    return from_dict(json.loads(sys.stdin.readline()), JudgeRequest)
+
+
+def wait_for_go() -> None:
+    """Judge: say READY, then block until hiera holds the device and sends `go`."""
+    print(READY, flush=True)
+    if sys.stdin.readline().strip() != "go":
+        sys.exit(3)
+
+
+def answer(result: JudgeAnswer) -> None:
+    """Judge: the verdict, as the last line on stdout."""
+    print(json.dumps(to_dict(result, JudgeAnswer)), flush=True)
+
+
+class Runner:
+    """The judge's handle on the runner process: orders out, replies in, each with the judge's wall time."""
+
+    def __init__(self, module: str, *, scratch: Path, args: Sequence[str] = (), pass_fds: Sequence[int] = (),
+                 rlimit_data_bytes: int | None = None) -> None:
+        import resource
+
+        def limits() -> None:
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if rlimit_data_bytes:
+                resource.setrlimit(resource.RLIMIT_DATA, (rlimit_data_bytes, rlimit_data_bytes))
+
+        self.log = open(scratch / "runner.log", "w")
+        self.process = subprocess.Popen(
+            sandbox.runner_command([sys.executable, "-m", module, *args]), cwd=scratch, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self.log, pass_fds=tuple(pass_fds), preexec_fn=limits,
+            start_new_session=True,
+        )
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.process.stdout, selectors.EVENT_READ)
+        self.paused = False
+
+    def ask(self, order: Order, *, timeout_s: float) -> tuple[Reply, float]:
+        """Send `order`; return the runner's reply and the wall milliseconds from sending to reading it."""
+        line = (json.dumps(to_dict(order, Order)) + "\n").encode()
+        started = time.perf_counter()
+        try:
+            self.process.stdin.write(line)
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            raise RunnerGone(self._gone("before the order")) from None
+        if not self.selector.select(timeout_s):
+            raise RunnerGone(f"no reply within {timeout_s:.0f} s", timed_out=True)
+        text = self.process.stdout.readline()
+        wall_ms = (time.perf_counter() - started) * 1e3
+        if not text:
+            raise RunnerGone(self._gone("without a reply"))
+        try:
+            reply = from_dict(json.loads(text), Reply)
+        except Exception:  # noqa: BLE001 -- whatever the candidate wrote, it is not a reply
+            raise RunnerGone(f"the candidate's process broke the protocol: {text[:120]!r}") from None
+        return reply, wall_ms
+
+    def _gone(self, when: str) -> str:
+        try:
+            code = self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return f"the runner closed its channel {when}"
+        tail = [line for line in Path(self.log.name).read_text(errors="replace").splitlines() if line.strip()][-2:]
+        return f"{sandbox.describe_exit(code)} {when}{': ' + ' | '.join(tail) if tail else ''}"
+
+    def pause(self) -> None:
+        """Stop every process of the candidate's (all but the judge, in a sandbox of their own): nothing of it
+        runs while the judge reads its output."""
+        for pid in self._others():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        for pid in self._others():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGCONT)
+        self.paused = False
+
+    def _others(self) -> list[int]:
+        if os.getpid() != 1:  # no PID namespace: the runner's process group is all we know of
+            return [self.process.pid]
+        return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != 1]
+
+    def close(self) -> None:
+        for pid in self._others():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait()
+        self.log.close()
+
+
+def call(runner: Runner, order: Order, *, timeout_s: float) -> tuple[CallDone, float]:
+    """One call the runner must answer with `CallDone`; the runner is paused when this returns."""
+    reply, wall_ms = runner.ask(order, timeout_s=timeout_s)
+    runner.pause()
+    if isinstance(reply, CallFailed):
+        raise CandidateFailed(reply.reason)
+    if not isinstance(reply, CallDone):
+        raise RunnerGone(f"the runner answered {type(reply).__name__} to a call")
+    return reply, wall_ms
+
+
+class CandidateFailed(Exception):
+    """The runner reports that the candidate's call raised or returned something unusable."""
+
+
+@attrs.frozen(kw_only=True)
+class TimingBound:
+    """The judge's verdict on a series of timed calls: the in-process figures, checked against its clock."""
+
+    consistent: bool
+    reason: str
+
+
+def bound_timing(in_process_ms: Sequence[float], wall_ms: Sequence[float], overhead_ms: Sequence[float], *,
+                 slack_fraction: float = 0.02, slack_ms: float = 0.01) -> TimingBound:
+    """Check what the runner says each call took against the judge's wall time around it.
+
+    The judge's clock gives, per call, an upper bound (the wall time: a call cannot take longer than the
+    interval that holds it) and, with the runner's own overhead calibrated before the candidate was loaded
+    (the same protocol around a null call), a lower bound: wall time minus that overhead. The in-process
+    figures are accepted only if none exceeds its wall time and their median is no less than the median
+    lower bound, less a slack (`slack_fraction` of the wall median plus `slack_ms`, plus the overhead's own
+    spread, p90 - median)."""
+    if not in_process_ms:
+        return TimingBound(consistent=False, reason="no timed call")
+    for claimed, wall in zip(in_process_ms, wall_ms):
+        if claimed > wall + slack_ms:
+            return TimingBound(consistent=False, reason=f"a call claimed {claimed:.4f} ms inside a {wall:.4f} ms interval of the judge's clock")
+    overhead = statistics.median(overhead_ms)
+    spread = quantile(overhead_ms, 0.9) - overhead
+    wall_median = statistics.median(wall_ms)
+    floor = wall_median - overhead - spread - slack_fraction * wall_median - slack_ms
+    claimed = statistics.median(in_process_ms)
+    description = (f"median {claimed:.4f} ms in-process; the judge's clock: {wall_median:.4f} ms a call less "
+                   f"{overhead:.4f} ms overhead (p90 {overhead + spread:.4f}) over {len(wall_ms)} calls: at least {floor:.4f} ms")
+    if claimed < floor:
+        return TimingBound(consistent=False, reason=f"the in-process timer contradicts the judge's clock: {description}")
+    return TimingBound(consistent=True, reason=description)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# --- the runner's side ---------------------------------------------------------------------------
+
+
+def serve(handle: Callable[[Order], Reply]) -> None:
+    """Runner: answer orders from the judge until it closes the channel. The protocol gets its own copy of
+    stdout; the candidate's prints go to the log."""
+    channel = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        order = from_dict(json.loads(line), Order)
+        try:
+            reply = handle(order)
+        except Exception as exc:  # noqa: BLE001 -- the candidate's failure is the judge's to record
+            reply = CallFailed(reason=f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:400]}")
+        channel.write(json.dumps(to_dict(reply, Reply)) + "\n")
+        channel.flush()
+
+
+def timed_ms(call: Callable[[], Any]) -> tuple[float, float]:
+    """(wall ms, CPU ms of this process) of `call()`, by this process's clocks."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    call()
+    return (time.perf_counter() - wall) * 1e3, (time.process_time() - cpu) * 1e3

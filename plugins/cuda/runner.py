@@ -1,0 +1,167 @@
+"""The cuda runner: the only process that loads a cuda candidate. It opens the judge's two GPU buffers
+(CUDA IPC; judge and runner share the sandbox's PID namespace), calls the candidate on the inputs the judge
+wrote, copies its output into the judge's output buffer, and says what its CUDA events measured. Nothing it
+says is believed: the judge reads the output itself and bounds every figure with its own clock.
+
+`python -m hiera_plugins.cuda.runner DEVICE` serves the judge; `... DEVICE --profile` (under Nsight Compute,
+no judge) runs an unprofiled warm-up and then exactly one call inside the NVTX range named on stdin.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import json
+import os
+import pickle
+import sys
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from hiera_core import judging
+from hiera_core.records import (
+    AttachOrder, BufferView, CallDone, CallFailed, CallOrder, LoadOrder, Loaded, Order, Reply, Task,
+)
+from hiera_core.serialization import from_dict
+
+FLUSH_BYTES = 256 * 2**20
+"""Overwritten before every timed call: more than the H200's 50 MiB L2, so every call starts cold."""
+
+
+def load_candidate(path: str):
+    name = os.path.basename(path).split(".")[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def seeded(call, seed: int | None):
+    """`call` starting from the RNG state `torch.manual_seed(seed)` gives (a task that draws random numbers);
+    `call` itself when seed is None."""
+    if seed is None:
+        return call
+
+    def from_seed(*args):
+        torch.manual_seed(seed)
+        return call(*args)
+
+    return from_seed
+
+
+def view(arena: torch.Tensor, buffer: BufferView) -> torch.Tensor:
+    dtype = getattr(torch, buffer.dtype)
+    count = 1
+    for size in buffer.shape:
+        count *= size
+    nbytes = count * torch.empty((), dtype=dtype).element_size()
+    return arena[buffer.offset_bytes: buffer.offset_bytes + nbytes].view(dtype).view(buffer.shape)
+
+
+class OpNames(TorchDispatchMode):
+    """A dispatch mode that collects the names of the ATen operators run inside it (`.names`) and the elements
+    of the largest tensor one of them returned (`.largest`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(func.overloadpacket.__name__)
+        out = func(*args, **(kwargs or {}))
+        for value in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(value, torch.Tensor):
+                self.largest = max(self.largest, value.numel())
+        return out
+
+
+def runtime_calls(fn, inputs) -> tuple[Any, list[str], list[str]]:
+    """The output of one call, and the GPU kernels and ATen operators it ran."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ops = OpNames()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof, ops:
+        out = fn(*inputs)
+        torch.cuda.synchronize()
+    kernels = sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+    return out, kernels, sorted(ops.names)
+
+
+class Runner:
+    def __init__(self) -> None:
+        self.inputs_arena = self.output_arena = None
+        self.fn = None
+        self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.null_sources: dict[tuple, torch.Tensor] = {}
+
+    def handle(self, order: Order) -> Reply:
+        if isinstance(order, AttachOrder):
+            (rebuild_in, args_in), (rebuild_out, args_out) = pickle.loads(base64.b64decode(order.handles))
+            self.inputs_arena, self.output_arena = rebuild_in(*args_in), rebuild_out(*args_out)
+            return Loaded()
+        if isinstance(order, LoadOrder):
+            harness = judging.harness_of(order.workload_factory, order.workload_config, order.task, "cuda")
+            module = load_candidate(order.library)  # the candidate enters the process only now
+            self.fn = seeded(getattr(module, harness.entry), getattr(harness, "call_seed", None))
+            return Loaded()
+        assert isinstance(order, CallOrder)
+        inputs = [view(self.inputs_arena, order.inputs[str(i)]) for i in range(len(order.inputs))]
+        target = view(self.output_arena, order.output)
+        if order.flush_cache:
+            self.flush.zero_()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        kernels, ops = [], []
+        start.record()
+        if order.null:
+            key = (tuple(target.shape), target.dtype)
+            out = self.null_sources.setdefault(key, torch.empty_like(target))
+        elif order.inspect:
+            out, kernels, ops = runtime_calls(self.fn, inputs)
+        else:
+            out = self.fn(*inputs)
+        torch.cuda.synchronize()  # device-wide: work on any stream is inside the interval
+        end.record()
+        end.synchronize()
+        if type(out) is not torch.Tensor:
+            return CallFailed(reason=f"the output is a {type(out).__module__}.{type(out).__qualname__}, not exactly a torch.Tensor")
+        if out.device.type != "cuda":
+            return CallFailed(reason=f"the output is on {out.device}, not the GPU")
+        if out.dtype != target.dtype or tuple(out.shape) != tuple(target.shape):
+            return CallFailed(reason=f"the output is {str(out.dtype)[6:]} {list(out.shape)}; the contract says"
+                                     f" {str(target.dtype)[6:]} {list(target.shape)}")
+        target.copy_(out)
+        torch.cuda.synchronize()
+        return CallDone(in_process_ms=start.elapsed_time(end), kernels=kernels, aten_ops=ops)
+
+
+def profile_one_call(request: dict[str, Any]) -> None:
+    """For Nsight Compute: an unprofiled warm-up, then exactly one call inside the NVTX range."""
+    harness = judging.harness_of(request["workload_factory"], request["workload_config"],
+                                 from_dict(request["task"], Task), "cuda")
+    inputs = harness.make_inputs(harness.timing_case(), harness.seeds(False)[0], harness.distributions[0])
+    fn = getattr(load_candidate(request["library"]), harness.entry)
+    fn(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(request["nvtx_range"])
+    fn(*inputs)
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
+
+
+def main() -> None:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_num_threads(1)
+    torch.cuda.set_device(int(sys.argv[1]))
+    if "--profile" in sys.argv:
+        profile_one_call(json.loads(sys.stdin.readline()))
+        return
+    judging.serve(Runner().handle)
+
+
+if __name__ == "__main__":
+    main()
