@@ -172,6 +172,8 @@ class Measured:
     profile: Profile | None = None
     timing_bound: str = ""
     """How the judge's own clock bounded the in-process timing (calls, overhead, slack), in words."""
+    reference_engine: str = ""
+    """What computed the reference outputs the candidate was checked against (`CuPy 14.2.0`, ...)."""
     resources: dict[str, dict[str, int]] = attrs.field(factory=dict)
     """Per kernel, as the compiler reported it (`ptxas -v`): registers, shared_bytes, stack_bytes,
     spill_store_bytes, spill_load_bytes."""
@@ -460,6 +462,8 @@ class Judged:
     checks: list[str] = attrs.field(factory=list)
     timing_bound: str = ""
     """How the judge's clock bounded the in-process timing."""
+    reference_engine: str = ""
+    """What computed the references (the harness's `reference_engine`)."""
     checked_timed_calls: int = 0
     """Timed calls (on fresh inputs) whose outputs the judge compared, chosen in secret."""
     metrics: dict[str, float] = attrs.field(factory=dict)
@@ -537,6 +541,8 @@ class CallDone:
 @attrs.frozen(kw_only=True)
 class CallFailed:
     reason: str
+    raised: bool = False
+    """The candidate's call raised (a CUDA error, a wrong signature) rather than returning something unusable."""
 
 
 Reply = Loaded | CallDone | CallFailed

@@ -235,6 +235,8 @@ def write_report(store: RunStore) -> Path:
                 f" compute {roofline.compute_floor_ms:.3f} ms ({roofline.flops / 1e6:.1f} MFLOP at {roofline.peak_gflops:.1f} GFLOP/s);"
                 f" the best runs at {roofline.floor_ms / b.latency_ms:.0%} of the floor"
             )
+        if b.reference_engine:
+            lines.append(f"- correctness judged against {b.reference_engine}; timing bound: {b.timing_bound or 'none'}")
         if finished is not None and finished.remeasured is not None:
             r = finished.remeasured
             figure = f"{r.latency_ms:.3f} ms" if isinstance(r, Measured) else f"{type(r).__name__}: {getattr(r, 'reason', '')}"

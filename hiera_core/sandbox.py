@@ -43,7 +43,7 @@ UNSHARE = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--moun
 SETPRIV = ["setpriv", "--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"]
 PIDS_MAX = 1024
 """Processes and threads in one sandbox (a fork bomb stops here; CUDA and OpenMP need a few dozen)."""
-SHM_TMPFS = "size=64m"
+TMPFS = "size=256m"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -118,6 +118,10 @@ def _cgroup_kind() -> tuple[str | None, str]:
         controllers = set((CGROUP_ROOT / "cgroup.controllers").read_text().split())
         if not {"memory", "pids"} <= controllers:
             return None, "cgroup v2 without the memory and pids controllers"
+        with contextlib.suppress(OSError):  # a child group gets the limits only where its parent hands them down
+            (CGROUP_ROOT / "cgroup.subtree_control").write_text("+memory +pids")
+        if not {"memory", "pids"} <= set((CGROUP_ROOT / "cgroup.subtree_control").read_text().split()):
+            return None, f"{CGROUP_ROOT} does not hand the memory and pids controllers down"
         return ("v2", "") if _writable_cgroup(CGROUP_ROOT) else (None, f"{CGROUP_ROOT} is not writable")
     if all((CGROUP_ROOT / c).is_dir() for c in ("memory", "pids")):
         writable = all(_writable_cgroup(CGROUP_ROOT / c) for c in ("memory", "pids"))
@@ -145,8 +149,6 @@ class Cgroup:
         name = f"hiera-{os.getpid()}-{secrets.token_hex(4)}"
         if kind == "v2":
             self.dirs = [CGROUP_ROOT / name]
-            with contextlib.suppress(OSError):  # the parent must hand both controllers down
-                (CGROUP_ROOT / "cgroup.subtree_control").write_text("+memory +pids")
         else:
             self.dirs = [CGROUP_ROOT / "memory" / name, CGROUP_ROOT / "pids" / name]
         for d in self.dirs:
@@ -201,17 +203,21 @@ class Sandboxed:
 
 
 def start(
-    command: Sequence[str], *, scratch: Path, writable: Sequence[Path] = (), memory_bytes: int | None = None,
-    env_extra: dict[str, str] | None = None, **popen,
+    command: Sequence[str], *, scratch: Path, writable: Sequence[Path] = (), readable: Sequence[Path] = (),
+    memory_bytes: int | None = None, env_extra: dict[str, str] | None = None, **popen,
 ) -> Sandboxed:
-    """Start `command` in a new sandbox where only `scratch` and `writable` can be written; `popen` goes to
-    subprocess.Popen (stdin, stdout, stderr, text). The caller must `kill()` or `close()` it."""
+    """Start `command` in a new sandbox where only `scratch` and `writable` can be written; `readable` names what
+    else it must see (the candidate's library: /tmp stays visible where one of these lies under it, and is a
+    private tmpfs otherwise). `popen` goes to subprocess.Popen (stdin, stdout, stderr, text). The caller must
+    `kill()` or `close()` it."""
     scratch.mkdir(parents=True, exist_ok=True)
     guard = protection()
     prefix = []
     if guard.pid_namespace:
+        needed = [Path(os.path.realpath(p)) for p in (scratch, *writable, *readable)]
+        under_tmp = any(p == Path("/tmp") or Path("/tmp") in p.parents for p in needed)
         prefix = [*_unshare_prefix(), sys.executable, "-m", "hiera_core.sandbox",
-                  *[str(p) for p in (scratch, *writable)], "--"]
+                  *([] if under_tmp else ["--private-tmp"]), *[str(p) for p in (scratch, *writable)], "--"]
     cgroup = Cgroup(guard.cgroup, memory_bytes) if guard.cgroup else None
     limit = memory_bytes if cgroup is None else None
 
@@ -245,11 +251,11 @@ class IsolatedResult:
 
 def run_sandboxed(
     command: Sequence[str], *, cwd: Path, timeout_s: float, stdin: str = "", writable: Sequence[Path] = (),
-    env_extra: dict[str, str] | None = None,
+    readable: Sequence[Path] = (), env_extra: dict[str, str] | None = None,
 ) -> IsolatedResult:
-    """Run `command` (a compiler, a profiler) in a sandbox where `cwd` and `writable` can be written; kill
-    everything in it on time-out."""
-    box = start(command, scratch=cwd, writable=writable, env_extra=env_extra, stdin=subprocess.PIPE,
+    """Run `command` (a compiler, a profiler) in a sandbox where `cwd` and `writable` can be written (and
+    `readable` must be seen); kill everything in it on time-out."""
+    box = start(command, scratch=cwd, writable=writable, readable=readable, env_extra=env_extra, stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = box.process.communicate(stdin, timeout=timeout_s)
@@ -301,8 +307,10 @@ def _mounts() -> list[tuple[str, int]]:
     return result
 
 
-def enter(writable: Sequence[str]) -> None:
-    """Make everything read-only but `writable`, /dev/shm a private tmpfs; raise OSError where it fails."""
+def enter(writable: Sequence[str], *, private_tmp: bool = False) -> None:
+    """Make everything read-only but `writable`, /dev/shm and, with `private_tmp`, /tmp (private tmpfs: Nsight
+    Compute writes its lock there) and /proc (the new PID namespace's, which shows only the sandbox's processes); raise
+    OSError where it fails."""
     libc = ctypes.CDLL(None, use_errno=True)
     if err := _mount(libc, None, "/", None, MS_REC | MS_PRIVATE):
         raise OSError(err, f"making / private: {os.strerror(err)}")
@@ -310,12 +318,13 @@ def enter(writable: Sequence[str]) -> None:
     for path in keep:
         if err := _mount(libc, path, path, None, MS_BIND | MS_REC):
             raise OSError(err, f"binding {path}: {os.strerror(err)}")
-    if os.path.isdir("/dev/shm"):
-        _mount(libc, "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, SHM_TMPFS)
-        keep.append("/dev/shm")
+    for point in ["/dev/shm", *(["/tmp"] if private_tmp else [])]:  # fresh and empty for this sandbox
+        if os.path.isdir(point):
+            _mount(libc, "tmpfs", point, "tmpfs", MS_NOSUID | MS_NODEV, TMPFS)
+            keep.append(point)
     inside = lambda point: any(point == k or point.startswith(k.rstrip("/") + "/") for k in keep)  # noqa: E731
     for point, flags in _mounts():
-        if inside(point):
+        if inside(point) or point == "/proc":  # the namespace's own /proc; the CUDA driver fails where it is read-only
             continue
         err = _mount(libc, None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
         if err and point == "/":
@@ -324,8 +333,9 @@ def enter(writable: Sequence[str]) -> None:
 
 def main(argv: list[str]) -> None:
     split = argv.index("--")
+    paths = [a for a in argv[:split] if a != "--private-tmp"]
     try:
-        enter(argv[:split])
+        enter(paths, private_tmp="--private-tmp" in argv[:split])
     except OSError as exc:
         print(f"hiera sandbox: {exc.strerror}", file=sys.stderr, flush=True)
         sys.exit(126)

@@ -62,3 +62,33 @@ def test_without_a_gpu_the_default_architecture_is_host_and_says_so(hiera, tmp_p
     done = hiera("--workload", "stencil2d", "--rounds", "0", "--set", "workload.stencil2d.host_n=32", "--run-dir", "r")
     assert done.returncode == 0, done.stderr
     assert "running on the host architecture" in done.stdout.splitlines()[0]
+
+
+def test_a_run_directory_in_use_is_refused_with_one_line_and_exit_code_2(hiera, tmp_path):
+    from hiera_core.store import RunStore
+
+    done = hiera("--workload", "stencil2d", "--arch", "host", "--rounds", "0", "--set", "workload.stencil2d.host_n=32",
+                 "--run-dir", "r")
+    assert done.returncode == 0, done.stderr
+    holder = RunStore.open(tmp_path / "r")
+    holder.lock()  # as a running `hiera run` holds it
+    try:
+        again = hiera("resume", "r")
+    finally:
+        holder.unlock()
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines() == [f"hiera: error: {tmp_path / 'r'} is in use by hiera process {__import__('os').getpid()};"
+                                                 " wait for it to finish (or stop it) first"]
+    assert hiera("resume", "r").returncode == 0  # free again: it resumes (and redoes nothing)
+
+
+def test_the_run_manifest_records_the_sandbox_in_force(hiera, tmp_path):
+    import json
+
+    done = hiera("--workload", "stencil2d", "--arch", "host", "--rounds", "0", "--set", "workload.stencil2d.host_n=32",
+                 "--run-dir", "r")
+    assert done.returncode == 0, done.stderr
+    protection = json.loads((tmp_path / "r" / "manifest.json").read_text())["protection"]
+    assert set(protection) >= {"pid_namespace", "read_only_root", "dropped_capabilities", "cgroup", "missing"}
+    for line in protection["missing"]:  # every missing part was said in one line at the start
+        assert f"sandbox: {line}" in done.stdout

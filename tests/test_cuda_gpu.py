@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins"))
 
-from adversarial import CANDIDATES, CUBLAS_HIDDEN  # noqa: E402
+from adversarial import CANDIDATES, CUBLAS_HIDDEN, SECRETS, SURVIVOR  # noqa: E402
 from conftest import run_hiera  # noqa: E402
 from gpu_tasks import SEEDS  # noqa: E402
 
@@ -39,7 +39,8 @@ def _tasks_importable_by_workers(monkeypatch):
 
 def _session(tmp_path, task, *overrides):
     config = load_config(tmp_path, environ={}, cli={"workload": "tinyops", "task": task, "arch": "cuda"},
-                         overrides=["executor.local.workers=8", "evaluator.cuda-run.timeout_s=90", *overrides])
+                         overrides=["executor.local.workers=8", "evaluator.cuda-run.timeout_s=90",
+                                    "evaluator.cuda-run.call_timeout_s=20", *overrides])
     return Session.create(config, make_plugin_manager(extra_plugins=["gpu_tasks"]))
 
 
@@ -58,13 +59,16 @@ def _evaluate_all(session, sources, tmp_path, remeasure=False):
 
 
 @pytest.mark.parametrize("task", ["scale-add", "matmul"])
-def test_every_hack_is_rejected_with_its_reason_and_the_run_goes_on(tmp_path, task):
+def test_every_hack_is_rejected_with_its_reason_and_the_run_goes_on(tmp_path, task, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-hiera-adversarial-0123")  # what no candidate may see
     session = _session(tmp_path, task)
     suite = [(name, space, source) for name, (t, space, source, _, _) in CANDIDATES.items() if t == task]
     suite.append(("seed", "pure_cuda", SEEDS[task]))
     if task == "matmul":
         suite.append(("cublas-hidden", "pure_cuda", CUBLAS_HIDDEN))
         suite.append(("cublas-allowed", "cuda_libraries", CUBLAS_HIDDEN))
+    else:
+        suite += [("secrets", "pure_cuda", SECRETS), ("survivor", "pure_cuda", SURVIVOR)]
     outcomes = _evaluate_all(session, suite, tmp_path)
     report = {name: f"{type(e).__name__}: {getattr(e, 'reason', '') or getattr(e, 'log', '')[:300]}" for name, e in outcomes.items()}
     print(json.dumps(report, indent=1))
@@ -77,6 +81,11 @@ def test_every_hack_is_rejected_with_its_reason_and_the_run_goes_on(tmp_path, ta
     if task == "matmul":
         assert "cublasSgemm_v2" in outcomes["cublas-hidden"].reason
         assert isinstance(outcomes["cublas-allowed"], records.Measured), report["cublas-allowed"]
+    else:
+        assert isinstance(outcomes["secrets"], records.Measured), report["secrets"]  # it found no key
+        assert isinstance(outcomes["survivor"], records.Measured), report["survivor"]
+        comms = [p / "comm" for p in Path("/proc").iterdir() if p.name.isdigit()]
+        assert not [c for c in comms if c.exists() and c.read_text(errors="replace").strip() == "hiera-survivor"]
     # after the crash and the hang, a fresh process still gets a clean GPU
     again = _evaluate_all(session, [("seed", "pure_cuda", SEEDS[task])], tmp_path, remeasure=True)
     assert isinstance(again["seed"], records.Measured)

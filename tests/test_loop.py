@@ -32,6 +32,7 @@ def test_the_main_job_finds_a_faster_valid_kernel_and_reports_it(hiera, tmp_path
     report = (run / "report.md").read_text()
     assert f"{seed.latency_ms / best.latency_ms:.2f}×** faster than the initial candidate" in report
     assert "| 18 | 13 |" in report and "fast_0" in report
+    assert "correctness judged against NumPy" in report  # the report names the reference engine
     assert (run / "plots" / "best_latency.png").stat().st_size > 10_000
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["hardware"]["cores"] >= 1 and manifest["config"]["run"]["arch"] == "host"

@@ -1,10 +1,10 @@
-"""The `cuda` architecture: candidates built as PyTorch CUDA extensions, checked, timed and profiled on an
-NVIDIA GPU, each in its own process."""
+"""The `cuda` architecture: candidates built as PyTorch CUDA extensions, then checked and timed on an NVIDIA
+GPU by a judge that never loads them (profiling is the `ncu` plugin's)."""
 
 from hiera_core import hookimpl
 
 from hiera_plugins.cuda.architecture import CudaArchitecture
-from hiera_plugins.cuda.evaluators import CudaCompile, CudaProfile, CudaRun, CudaStatic
+from hiera_plugins.cuda.evaluators import CudaCompile, CudaRun, CudaStatic
 
 
 @hookimpl
@@ -14,4 +14,4 @@ def hiera_register_architectures():
 
 @hookimpl
 def hiera_register_evaluators():
-    return [CudaStatic, CudaCompile, CudaRun, CudaProfile]
+    return [CudaStatic, CudaCompile, CudaRun]

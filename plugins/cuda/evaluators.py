@@ -1,37 +1,20 @@
 """The cuda evaluation stages, in order: `cuda-static` (hack patterns), `cuda-compile` (extension build,
-binary space check), `cuda-run` (correctness, latency, runtime space check, in a fresh process) and
-`cuda-profile` (Nsight Compute on one call). Each is a plugin of its own and can be replaced."""
+binary space check) and `cuda-run` (the judge: correctness, latency, runtime space check, in a sandbox).
+Profiling is the `ncu` plugin's (`cuda-profile`). Each stage can be replaced."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import sys
-import tempfile
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 
 from hiera_core import EvalJob, StagePassed
-from hiera_core.judging import run_judge
+from hiera_core.judging import device_lock, run_judge
 from hiera_core.records import CompileFailed, Evaluation, JudgeRequest, Judged, Measured, Profile, StaticRejected
-from hiera_core.sandbox import describe_exit, run_sandboxed
 
-from hiera_plugins.cuda import checks, profile
+from hiera_plugins.cuda import checks
 from hiera_plugins.cuda.build import build_candidate, compiler_errors
-
-
-@contextlib.contextmanager
-def gpu_lock(device: int):
-    """One candidate on a GPU at a time, across threads and hiera processes."""
-    with open(Path(tempfile.gettempdir()) / f"hiera-gpu-{device}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _dtype(job: EvalJob) -> str:
@@ -136,7 +119,7 @@ class CudaRun:
         )
         timeout_s = self.config.timeout_s + (self.config.compile_baseline_timeout_s if compile_baseline else 0.0)
         answer = run_judge("hiera_plugins.cuda.judge", request, workdir=job.workdir, timeout_s=timeout_s,
-                           memory_bytes=memory, device_lock=gpu_lock(self.config.device))
+                           memory_bytes=memory, device_lock=device_lock(f"gpu-{self.config.device}"))
         if not isinstance(answer, Judged):
             return answer
         violation = checks.runtime_space_violation(answer.kernels, answer.aten_ops, job.space_rank)
@@ -153,53 +136,11 @@ class CudaRun:
             compile_s=job.compile_s,
             profile=fallback_profile("not profiled yet", job, answer.latency_ms),
             timing_bound=answer.timing_bound,
+            reference_engine=answer.reference_engine,
             resources=json.loads(job.artifacts.get("resources", "{}")),
             compiled_reference_latency_ms=answer.compiled_reference_latency_ms,
             compiled_reference_note=answer.compiled_reference_note,
         )
-
-
-@attrs.frozen(kw_only=True)
-class CudaProfileConfig:
-    device: int = 0
-    enabled: bool = True
-    ncu: str = ""
-    """Path of the ncu binary; empty means search PATH and the usual install folders."""
-    timeout_s: float = 300.0
-
-
-class CudaProfile:
-    name: ClassVar[str] = "cuda-profile"
-    config_class: ClassVar[type] = CudaProfileConfig
-    arch: ClassVar[str] = "cuda"
-    order: ClassVar[int] = 30
-    holds_device: ClassVar[bool] = True
-
-    def __init__(self, config: CudaProfileConfig) -> None:
-        self.config = config
-
-    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
-        measured = job.measured
-        if measured is None or job.remeasure:
-            return StagePassed(job=job)
-        ncu = self.config.ncu or profile.find_ncu()
-        if not self.config.enabled or ncu is None:
-            why = "profiling is disabled ([evaluator.cuda-profile] enabled = false)" if not self.config.enabled else "ncu not found"
-            return attrs.evolve(measured, profile=fallback_profile(why, job, measured.latency_ms))
-        range_name = "hiera_profile"
-        request = {**job.worker_request(), "nvtx_range": range_name}
-        command = profile.ncu_command([sys.executable, "-m", "hiera_plugins.cuda.runner", str(self.config.device), "--profile"],
-                                      ncu=ncu, nvtx_range=range_name)
-        with gpu_lock(self.config.device):
-            result = run_sandboxed(command, cwd=job.workdir / "profile", timeout_s=self.config.timeout_s, stdin=json.dumps(request))
-        (job.workdir / "ncu.log").write_text(result.stdout[-200_000:] + result.stderr[-20_000:])
-        problem = "ncu timed out" if result.timed_out else profile.permission_problem(result.stdout + result.stderr)
-        kernels = [] if problem else profile.parse_ncu_csv(result.stdout)
-        if problem or not kernels:
-            why = problem or f"ncu reported no kernel in the NVTX range ({describe_exit(result.returncode or 0)})"
-            return attrs.evolve(measured, profile=fallback_profile(why, job, measured.latency_ms))
-        summary = profile.summarize(kernels, latency_ms=measured.latency_ms, roofline=job.roofline)  # SMs: ncu's launch__sm_count
-        return attrs.evolve(measured, profile=summary)
 
 
 def fallback_profile(why: str, job: EvalJob, latency_ms: float) -> Profile:

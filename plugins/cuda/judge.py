@@ -29,6 +29,7 @@ The workload's harness (`Workload.harness(task, "cuda")`) supplies the semantics
         from (the references were computed from it: a task that draws random numbers)
     reference(case, inputs) -> Tensor (FP64), baseline(inputs) -> Tensor (the timed PyTorch reference)
     timing_case() -> case
+    optional: reference_engine -> str, what computes the reference (the report names it)
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ CALIBRATION_CALLS = 21
 COMPARE_CHUNK = 2**26
 """Elements compared at a time: FP64 temporaries of 512 MiB whatever the output's size (level 1 task 38's
 output is 2.1 G elements; whole-tensor temporaries ran the H200 out of memory)."""
+
+
+class Failed(Exception):
+    """The candidate's call raised."""
 
 
 class Wrong(Exception):
@@ -212,7 +217,9 @@ class CudaJudge:
         try:
             reply, wall = judging.call(self.runner, order, timeout_s=self.timeout_s)
         except judging.CandidateFailed as exc:
-            raise Wrong(f"the call failed: {exc}") from None
+            if exc.raised:  # a CUDA error, a wrong signature: the candidate crashed
+                raise Failed(str(exc)) from None
+            raise Wrong(str(exc)) from None
         return reply, wall, views, target
 
     def check(self, label: str, inputs, views, target, reference) -> float:
@@ -252,6 +259,8 @@ class CudaJudge:
             return self._evaluate()
         except Wrong as exc:
             return Incorrect(reason=exc.reason, max_abs_error=exc.error)
+        except Failed as exc:
+            return Crashed(reason=str(exc))
 
     def _evaluate(self) -> JudgeAnswer:
         h, s, remeasure = self.h, self.s, self.request.remeasure
@@ -336,6 +345,8 @@ class CudaJudge:
                 compiled_times.append(elapsed)
                 compiled_spent += elapsed
         self.mark("timing")
+        print(f"timing: {json.dumps({'overhead_ms': [round(x, 4) for x in overhead], 'in_process_ms': [round(x, 4) for x in times], 'wall_ms': [round(x, 4) for x in walls]})}",
+              file=sys.stderr, flush=True)
         bound = judging.bound_timing(times, walls, overhead)
         latency = statistics.median(times)
         if not bound.consistent:
@@ -355,6 +366,7 @@ class CudaJudge:
             max_abs_error=largest,
             checks=labels,
             timing_bound=bound.reason,
+            reference_engine=getattr(h, "reference_engine", ""),
             checked_timed_calls=checked,
             metrics={"judge_overhead_ms": statistics.median(overhead)},
             kernels=reply.kernels,

@@ -116,9 +116,11 @@ class Runner:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         kernels, ops = [], []
         start.record()
-        if order.null:
+        if order.null:  # trusted work that moves the output's bytes, so the GPU is as busy as in a real call
             key = (tuple(target.shape), target.dtype)
             out = self.null_sources.setdefault(key, torch.empty_like(target))
+            source = inputs[0] if inputs and inputs[0].shape == out.shape and inputs[0].dtype == out.dtype else None
+            out.copy_(source) if source is not None else out.zero_()
         elif order.inspect:
             out, kernels, ops = runtime_calls(self.fn, inputs)
         else:

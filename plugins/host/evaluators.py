@@ -128,6 +128,7 @@ class HostRun:
             compile_s=job.compile_s,
             profile=profile,
             timing_bound=answer.timing_bound,
+            reference_engine=answer.reference_engine,
         )
 
 

@@ -13,6 +13,7 @@ The workload's harness (`Workload.harness(task, "host")`) supplies the semantics
     make_inputs(case, seed, distribution) -> {name: ndarray}, reference(case, inputs) -> ndarray
     output(case) -> ndarray (shape and dtype of the output), call(lib, case, inputs, out) (runner side),
     timing_case(), cache_case(), points(case)
+    optional: reference_engine -> str, what computes the reference (the report names it)
 """
 
 from __future__ import annotations
@@ -220,6 +221,7 @@ class Judge:
             max_abs_error=largest,
             checks=checks,
             timing_bound=bound.reason,
+            reference_engine=getattr(h, "reference_engine", ""),
             checked_timed_calls=len(checked),
             metrics={  # from the runner's CPU clock: a planning signal, not a verdict
                 "cpu_utilization_fraction": sum(cpu) / sum(times) / cores,

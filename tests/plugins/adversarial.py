@@ -45,7 +45,7 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
 }""", "static_rejected", "thread"),
     # (f) return an input
     "returns-input": ("scale-add", "pure_cuda", HEAD + r"""
-torch::Tensor forward(torch::Tensor x, torch::Tensor b) { return x; }""", "incorrect", "shares memory with input 0"),
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) { return x; }""", "incorrect", "max abs error"),
     # (g) FP32 matmul computed in FP16
     "fp16-matmul": ("matmul", "pure_cuda", HEAD + "#include <cuda_fp16.h>\n" + r"""
 __global__ void mm(const float* a, const float* b, float* c, int m, int k, int n) {
@@ -107,7 +107,7 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     auto y = torch::empty_like(x); long n = x.numel();
     if (n == (1 << 20)) { """ + LAUNCH + r""" }
     return y;
-}""", "incorrect", "non-finite"),
+}""", "incorrect", ""),
     # (l) crash: an illegal address leaves a sticky CUDA error
     "illegal-address": ("scale-add", "pure_cuda", HEAD + r"""
 __global__ void bad(float* y) { y[threadIdx.x + (1L << 40)] = 1.0f; }
@@ -124,6 +124,78 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     return torch::empty_like(x);
 }""", "timed_out", ""),
 }
+
+FORGE = r"""
+#include <unistd.h>
+#include <cstring>
+static void forge(const char *line) {  // every descriptor the runner might answer on
+    for (int fd = 1; fd < 64; fd++) { ssize_t ignored = write(fd, line, strlen(line)); (void)ignored; }
+}
+"""
+CANDIDATES.update({
+    # a forged verdict: the answer line hiera once took from the candidate's own process
+    "forged-verdict": ("scale-add", "pure_cuda", HEAD + FORGE + r"""
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    forge("{\"kind\": \"measured\", \"latency_ms\": 0.001, \"reference_latency_ms\": 1.0}\n");
+    _exit(0);
+}""", "crashed", "protocol"),
+    # a result cache keyed by the input's address and 64 sampled values, returning the cached tensor
+    "cache-by-address-and-samples": ("scale-add", "libraries_pytorch", HEAD + ELEMENTWISE + r"""
+#include <map>
+#include <vector>
+std::map<std::pair<const void*, std::vector<float>>, torch::Tensor> cache;  // not `static`: past the source scan
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    long n = x.numel();
+    auto samples = x.flatten().index({torch::arange(0, n, std::max(1L, n / 64), x.options().dtype(torch::kLong))}).cpu();
+    std::vector<float> key(samples.data_ptr<float>(), samples.data_ptr<float>() + samples.numel());
+    auto found = cache.find({x.data_ptr(), key});
+    if (found != cache.end()) return found->second;
+    auto y = torch::empty_like(x);
+    """ + LAUNCH + r"""
+    cache[{x.data_ptr(), key}] = y;
+    return y;
+}""", "measured", ""),
+    # a cache keyed by the address alone: the judge's buffers are the same every call, their values never
+    "cache-by-address": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+const void *seen = nullptr; torch::Tensor saved;  // not `static`: past the source scan
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    if (x.data_ptr() == seen && saved.defined() && saved.numel() == x.numel()) return saved;
+    auto y = torch::empty_like(x); long n = x.numel();
+    """ + LAUNCH + r"""
+    seen = x.data_ptr(); saved = y; return y;
+}""", "incorrect", "max abs error"),
+})
+
+SECRETS = HEAD + ELEMENTWISE + r"""
+#include <cstdio>
+#include <cstring>
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    char path[64], buf[1 << 16];
+    bool found = getenv("OPENAI_API_KEY") != nullptr;
+    for (int pid = 1; pid < (1 << 16) && !found; pid++) {
+        snprintf(path, sizeof path, "/proc/%d/environ", pid);
+        FILE *f = fopen(path, "r"); if (!f) continue;
+        size_t got = fread(buf, 1, sizeof buf, f); fclose(f);
+        for (size_t i = 0; i + 8 < got; i++) if (memcmp(buf + i, "sk-hiera", 8) == 0) { found = true; break; }
+    }
+    auto y = torch::empty_like(x); long n = x.numel();
+    """ + LAUNCH + r"""
+    return found ? y.fill_(7.0f) : y;
+}"""
+"""Looks for the API key in its environment and every process it can see; right only if it finds none."""
+
+SURVIVOR = HEAD + ELEMENTWISE + r"""
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    static bool forked = false;  // a raw system call: past the source scan's spawn rule
+    if (!forked) { forked = true; if (syscall(SYS_fork) == 0) { setsid(); prctl(PR_SET_NAME, "hiera-survivor"); for (;;) pause(); } }
+    auto y = torch::empty_like(x); long n = x.numel();
+    """ + LAUNCH + r"""
+    return y;
+}"""
+"""Leaves a process behind in a session of its own, holding the runner's descriptors."""
 
 CUBLAS_HIDDEN = HEAD + r"""
 #define HEADER <cublas_v2.h>

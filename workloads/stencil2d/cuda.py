@@ -1123,4 +1123,4 @@ def _reference_engine() -> str:
         import cupy
     except ImportError as exc:
         raise RuntimeError(f"the stencil2d reference needs CuPy (a dependency of hiera: pip install -e .): {exc}") from None
-    return f"CuPy {cupy.__version__}"
+    return f"CuPy {cupy.__version__} (FP64 shifted adds)"

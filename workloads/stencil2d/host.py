@@ -420,6 +420,7 @@ class HostStencilHarness:
     symbol = SYMBOL
     distributions = ("uniform", "spiky")
     tolerance = TOLERANCE
+    reference_engine = f"NumPy {np.__version__} (FP64 shifted adds)"
 
     def __init__(self, *, n: int, radius: int, steps: int) -> None:
         self.n = n

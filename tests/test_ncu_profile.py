@@ -11,8 +11,8 @@ from hiera_core.plugins import collect, make_plugin_manager
 from hiera_core.records import Roofline
 from hiera_directions import control, memory, parallelism, reuse, tensor
 from hiera_directions._signals import headroom
-from hiera_plugins.cuda import profile as ncu
-from hiera_plugins.cuda.profile import KernelMetrics
+from hiera_plugins.ncu import profile as ncu
+from hiera_plugins.ncu.profile import KernelMetrics
 
 GPU_SIGNALS = {
     "branch_uniformity",
@@ -363,5 +363,5 @@ def test_other_fatal_ncu_errors_are_recognised_and_a_clean_run_is_not():
 
 
 def test_profile_module_imports_without_torch():
-    code = "import sys, hiera_plugins.cuda.profile; assert 'torch' not in sys.modules"
+    code = "import sys, hiera_plugins.ncu.profile; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

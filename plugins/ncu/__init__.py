@@ -1,0 +1,76 @@
+"""Nsight Compute profiling of cuda candidates: the `cuda-profile` stage, a plugin of its own (entry point
+`ncu`; `HIERA_DISABLE_PLUGINS=ncu` turns it off, and another profiler can stand in its place)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+import attrs
+
+from hiera_core import EvalJob, StagePassed, hookimpl
+from hiera_core.judging import device_lock
+from hiera_core.records import Evaluation
+from hiera_core.sandbox import describe_exit, run_sandboxed
+
+from hiera_plugins.ncu import profile
+
+RUNNER = "hiera_plugins.cuda.runner"
+"""The process ncu profiles: the cuda runner, which in `--profile` mode calls the candidate once inside an NVTX range."""
+
+
+@attrs.frozen(kw_only=True)
+class NcuProfileConfig:
+    device: int = 0
+    enabled: bool = True
+    ncu: str = ""
+    """Path of the ncu binary; empty means search PATH and the usual install folders."""
+    timeout_s: float = 300.0
+
+
+class NcuProfile:
+    name: ClassVar[str] = "cuda-profile"
+    config_class: ClassVar[type] = NcuProfileConfig
+    arch: ClassVar[str] = "cuda"
+    order: ClassVar[int] = 30
+    holds_device: ClassVar[bool] = True
+
+    def __init__(self, config: NcuProfileConfig) -> None:
+        self.config = config
+
+    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+        measured = job.measured
+        if measured is None or job.remeasure:
+            return StagePassed(job=job)
+        ncu = self.config.ncu or profile.find_ncu()
+        if not self.config.enabled or ncu is None:
+            why = "profiling is disabled ([evaluator.cuda-profile] enabled = false)" if not self.config.enabled else "ncu not found"
+            return _unprofiled(measured, why)
+        range_name = "hiera_profile"
+        request = {**job.worker_request(), "nvtx_range": range_name}
+        command = profile.ncu_command([sys.executable, "-m", RUNNER, str(self.config.device), "--profile"],
+                                      ncu=ncu, nvtx_range=range_name)
+        with device_lock(f"gpu-{self.config.device}"):
+            result = run_sandboxed(command, cwd=job.workdir / "profile", readable=[job.workdir, Path(job.artifacts["library"]).parent],
+                                   timeout_s=self.config.timeout_s, stdin=json.dumps(request))
+        (job.workdir / "ncu.log").write_text(result.stdout[-200_000:] + result.stderr[-20_000:])
+        problem = "ncu timed out" if result.timed_out else profile.permission_problem(result.stdout + result.stderr)
+        kernels = [] if problem else profile.parse_ncu_csv(result.stdout)
+        if problem or not kernels:
+            return _unprofiled(measured, problem or f"ncu reported no kernel in the NVTX range ({describe_exit(result.returncode or 0)})")
+        summary = profile.summarize(kernels, latency_ms=measured.latency_ms, roofline=job.roofline)  # SMs: ncu's launch__sm_count
+        return attrs.evolve(measured, profile=summary)
+
+
+def _unprofiled(measured, why: str):
+    """The measurement as the run stage left it (floor fractions from the latency), saying why there are no counters."""
+    if measured.profile is None:
+        return measured
+    return attrs.evolve(measured, profile=attrs.evolve(measured.profile, unavailable=why))
+
+
+@hookimpl
+def hiera_register_evaluators():
+    return [NcuProfile]
