@@ -43,7 +43,6 @@ from hiera_core.records import (
     CallFailed,
     Crashed,
     Evaluation,
-    Incorrect,
     JudgeAnswer,
     JudgeRequest,
     Judged,
@@ -75,10 +74,9 @@ def device_lock(name: str):
 
 def run_judge(
     module: str, request: JudgeRequest, *, workdir: Path, timeout_s: float, memory_bytes: int | None = None,
-    device_lock: AbstractContextManager | None = None, command: Sequence[str] | None = None,
-    env_extra: dict[str, str] | None = None,
+    device_lock: AbstractContextManager | None = None, env_extra: dict[str, str] | None = None,
 ) -> Judged | Evaluation:
-    """Run an architecture's judge (`python -m module`, or `command`) on one candidate, in a new sandbox.
+    """Run an architecture's judge (`python -m module`) on one candidate, in a new sandbox.
 
     The judge starts at once and prepares (interpreter, imports, harness, its runner); only after it prints
     `READY` is `device_lock` taken and `go` sent, so start-up overlaps other candidates' device time. Each
@@ -87,15 +85,14 @@ def run_judge(
     scratch = workdir / "scratch"
     with open(workdir / "judge.log", "w") as log:
         box = sandbox.start(
-            list(command or [sys.executable, "-m", module]), scratch=scratch, readable=[Path(request.library).parent],
+            [sys.executable, "-m", module], scratch=scratch, readable=[Path(request.library).parent],
             memory_bytes=memory_bytes, env_extra=env_extra,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
         )
         try:
             box.process.stdin.write(json.dumps(to_dict(request)) + "\n")
             box.process.stdin.flush()
-            before = _read_until(box, READY, timeout_s)
-            if before is None:
+            if _read_until(box, READY, timeout_s) is None:
                 return TimedOut(limit_s=timeout_s)
             with device_lock or contextlib.nullcontext():
                 box.process.stdin.write("go\n")
@@ -103,12 +100,12 @@ def run_judge(
                 stdout = _read_until(box, None, timeout_s)
             if stdout is None:
                 return TimedOut(limit_s=timeout_s)
-            box.process.wait()
-        except BrokenPipeError:
+            box.process.wait(timeout=60)  # its output closed: it is ending
+        except (BrokenPipeError, subprocess.TimeoutExpired):
             stdout = ""
-            box.process.wait()
         finally:
-            box.close()
+            box.kill()
+            box.process.wait()
     lines = stdout.strip().splitlines()
     if not lines:
         tail = [line for line in (workdir / "judge.log").read_text().splitlines() if line.strip()][-2:]

@@ -23,7 +23,8 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -178,14 +179,13 @@ class Cgroup:
                     d.rmdir()
                     break
                 except OSError:
-                    import time
-
                     time.sleep(0.02)
 
 
 @attrs.define
 class Sandboxed:
-    """A running sandbox: `process` is `unshare`; `kill()` ends everything in it, whoever holds its pipes."""
+    """A running sandbox: `process` is `unshare`; `kill()` ends everything in it, whoever holds its pipes, and
+    removes its cgroup (call it when the process has ended too: it leaves nothing behind)."""
 
     process: subprocess.Popen
     cgroup: Cgroup | None
@@ -197,10 +197,6 @@ class Sandboxed:
             self.cgroup.destroy()
             self.cgroup = None
 
-    def close(self) -> None:
-        """After the process ended: kill what it left behind and remove the cgroup."""
-        self.kill()
-
 
 def start(
     command: Sequence[str], *, scratch: Path, writable: Sequence[Path] = (), readable: Sequence[Path] = (),
@@ -209,7 +205,7 @@ def start(
     """Start `command` in a new sandbox where only `scratch` and `writable` can be written; `readable` names what
     else it must see (the candidate's library: /tmp stays visible where one of these lies under it, and is a
     private tmpfs otherwise). `popen` goes to subprocess.Popen (stdin, stdout, stderr, text). The caller must
-    `kill()` or `close()` it."""
+    `kill()` it."""
     scratch.mkdir(parents=True, exist_ok=True)
     guard = protection()
     prefix = []
@@ -265,7 +261,7 @@ def run_sandboxed(
         stdout, stderr = box.process.communicate()
         return IsolatedResult(returncode=None, stdout=stdout, stderr=stderr, timed_out=True)
     finally:
-        box.close()
+        box.kill()
 
 
 # --- the judge's side: starting the runner -------------------------------------------------------

@@ -189,8 +189,7 @@ def test_no_process_survives_its_evaluation(session):
     evaluation, seconds = evaluate(session, candidate(survivor), "survivor")
     assert isinstance(evaluation, records.Measured), evaluation
     assert seconds < 60
-    runners = [p for p in Path("/proc").iterdir() if p.name.isdigit() and b"hiera_plugins.host.runner" in _cmdline(p)]
-    assert runners == []
+    assert _runners() == []
 
 
 def _cmdline(proc: Path) -> bytes:
@@ -232,3 +231,34 @@ def test_a_timer_that_under_reports_is_rejected(claimed_ms):
 def test_a_call_cannot_take_longer_than_the_interval_that_holds_it():
     bound = bound_timing([2.5] * 9, [1.79] * 9, H200_OVERHEAD)
     assert not bound.consistent and "inside a 1.7900 ms interval" in bound.reason
+
+
+def test_nothing_of_a_candidate_outlives_a_killed_hiera(tmp_path):
+    """`kill -9` of hiera while a candidate spins: its sandbox dies with it, no runner is left orphaned."""
+    import signal
+    import subprocess
+    import sys
+
+    source = tmp_path / "host_source.c"
+    source.write_text(candidate(r"""for (volatile long i = 0; ; i++) {} return 0;"""))
+    hiera = Path(sys.executable).parent / "hiera"
+    process = subprocess.Popen(
+        [str(hiera), "eval", str(source), "--workload", "stencil2d", "--arch", "host", "--space", "pure_cuda",
+         "--set", "workload.stencil2d.host_n=64", "--set", "evaluator.host-run.timeout_s=300",
+         "--set", "evaluator.host-run.call_timeout_s=300"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not _runners() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _runners(), "the candidate never started"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 10
+    while _runners() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _runners() == []
+
+
+def _runners() -> list[Path]:
+    return [p for p in Path("/proc").iterdir() if p.name.isdigit() and b"hiera_plugins.host.runner" in _cmdline(p)]

@@ -139,7 +139,7 @@ class Judge:
             self.runner.resume()
 
     def evaluate(self) -> JudgeAnswer:
-        h, s = self.harness, self.settings
+        h = self.harness
         timing_case = h.timing_case()
         overhead = []
         for _ in range(CALIBRATION_CALLS):  # the protocol around a null call: before the candidate is loaded
