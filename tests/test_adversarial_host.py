@@ -189,7 +189,7 @@ def test_no_process_survives_its_evaluation(session):
     evaluation, seconds = evaluate(session, candidate(survivor), "survivor")
     assert isinstance(evaluation, records.Measured), evaluation
     assert seconds < 60
-    assert _runners() == []
+    assert _processes_in(session[1] / "survivor") == []
 
 
 def _cmdline(proc: Path) -> bytes:
@@ -245,20 +245,28 @@ def test_nothing_of_a_candidate_outlives_a_killed_hiera(tmp_path):
     process = subprocess.Popen(
         [str(hiera), "eval", str(source), "--workload", "stencil2d", "--arch", "host", "--space", "pure_cuda",
          "--set", "workload.stencil2d.host_n=64", "--set", "evaluator.host-run.timeout_s=300",
-         "--set", "evaluator.host-run.call_timeout_s=300"],
+         "--set", "evaluator.host-run.call_timeout_s=300", "--out", str(tmp_path / "eval")],
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 60
-    while not _runners() and time.monotonic() < deadline:
+    while not any("host.runner" in p for p in _processes_in(tmp_path / "eval")) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _runners(), "the candidate never started"
+    assert any("host.runner" in p for p in _processes_in(tmp_path / "eval")), "the candidate never started"
     process.send_signal(signal.SIGKILL)
     process.wait()
     deadline = time.monotonic() + 10
-    while _runners() and time.monotonic() < deadline:
+    while _processes_in(tmp_path / "eval") and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _runners() == []
+    assert _processes_in(tmp_path / "eval") == []
 
 
-def _runners() -> list[Path]:
-    return [p for p in Path("/proc").iterdir() if p.name.isdigit() and b"hiera_plugins.host.runner" in _cmdline(p)]
+def _processes_in(root: Path) -> list[str]:
+    """The runners (and whatever they started) working in a directory under `root`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")).is_relative_to(root.resolve()):
+                found.append(_cmdline(proc).decode(errors="replace"))
+        except OSError:
+            continue
+    return found
