@@ -203,14 +203,15 @@ def start(
     memory_bytes: int | None = None, env_extra: dict[str, str] | None = None, **popen,
 ) -> Sandboxed:
     """Start `command` in a new sandbox where only `scratch` and `writable` can be written; `readable` names what
-    else it must see (the candidate's library: /tmp stays visible where one of these lies under it, and is a
-    private tmpfs otherwise). `popen` goes to subprocess.Popen (stdin, stdout, stderr, text). The caller must
+    else it must see (the candidate's library). /tmp becomes a private tmpfs, unless one of these, the command,
+    the interpreter or its import path lies under it. `popen` goes to subprocess.Popen (stdin, stdout, stderr, text). The caller must
     `kill()` it."""
     scratch.mkdir(parents=True, exist_ok=True)
     guard = protection()
     prefix = []
     if guard.pid_namespace:
-        needed = [Path(os.path.realpath(p)) for p in (scratch, *writable, *readable)]
+        python = [sys.executable, sys.prefix, *sys.path, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+        needed = [Path(os.path.realpath(p)) for p in (scratch, *writable, *readable, command[0], *python) if p]
         under_tmp = any(p == Path("/tmp") or Path("/tmp") in p.parents for p in needed)
         prefix = [*_unshare_prefix(), sys.executable, "-m", "hiera_core.sandbox",
                   *([] if under_tmp else ["--private-tmp"]), *[str(p) for p in (scratch, *writable)], "--"]
