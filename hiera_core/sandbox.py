@@ -42,6 +42,8 @@ PASSED_VARIABLES = frozenset(
 
 UNSHARE = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--mount", "--net", "--ipc"]
 SETPRIV = ["setpriv", "--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"]
+SANDBOX_FAILED = 126
+"""The exit status of a sandbox that could not start its command (a machine problem, never the candidate's)."""
 PIDS_MAX = 1024
 """Processes and threads in one sandbox (a fork bomb stops here; CUDA and OpenMP need a few dozen)."""
 TMPFS = "size=256m"
@@ -335,9 +337,13 @@ def main(argv: list[str]) -> None:
         enter(paths, private_tmp="--private-tmp" in argv[:split])
     except OSError as exc:
         print(f"hiera sandbox: {exc.strerror}", file=sys.stderr, flush=True)
-        sys.exit(126)
+        sys.exit(SANDBOX_FAILED)
     os.chdir(os.getcwd())  # the working directory, looked up again: on the writable bind mount, not the old one
-    os.execvp(argv[split + 1], argv[split + 1:])
+    try:
+        os.execvp(argv[split + 1], argv[split + 1:])
+    except OSError as exc:
+        print(f"hiera sandbox: cannot run {argv[split + 1]}: {exc.strerror}", file=sys.stderr, flush=True)
+        sys.exit(SANDBOX_FAILED)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from hiera_core import EvalJob
-from hiera_core.sandbox import describe_exit, run_sandboxed
+from hiera_core.sandbox import SANDBOX_FAILED, describe_exit, run_sandboxed
 from hiera_core.records import content_id
 
 @attrs.frozen(kw_only=True)
@@ -82,7 +82,7 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
         if result.returncode == 0:
             library = next(build_dir.glob(f"hiera_{key}*.so"), None)
         record = {"library": str(library) if library else None, "log": log, "resources": parse_ptxas(log)}
-        if not result.timed_out:  # a time-out may be the machine's fault: try again next time
+        if not result.timed_out and result.returncode != SANDBOX_FAILED:  # the machine's fault: try again next time
             done.write_text(json.dumps(record))
         return BuildResult(
             library=library, log=log, seconds=time.perf_counter() - started, cache_hit=False, resources=record["resources"]
