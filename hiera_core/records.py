@@ -474,6 +474,26 @@ class Judged:
     compiled_reference_latency_ms: float | None = None
     compiled_reference_note: str = ""
 
+    def measured(self, *, compile_s: float, profile: Profile | None,
+                 resources: dict[str, dict[str, int]] | None = None) -> Measured:
+        """The evaluation record of this verdict, with what the other stages knew (build time, profile, ...)."""
+        return Measured(
+            latency_ms=self.latency_ms,
+            latency_p10_ms=self.latency_p10_ms,
+            latency_p90_ms=self.latency_p90_ms,
+            repeats=self.repeats,
+            reference_latency_ms=self.reference_latency_ms,
+            max_abs_error=self.max_abs_error,
+            checks=[*self.checks, f"{self.checked_timed_calls} timed calls on fresh inputs"],
+            compile_s=compile_s,
+            profile=profile,
+            timing_bound=self.timing_bound,
+            reference_engine=self.reference_engine,
+            resources=resources or {},
+            compiled_reference_latency_ms=self.compiled_reference_latency_ms,
+            compiled_reference_note=self.compiled_reference_note,
+        )
+
 
 JudgeAnswer = Judged | Incorrect | Crashed | TimedOut | Rejected
 """A judge's last line: the verdict on one candidate."""

@@ -11,7 +11,7 @@ import attrs
 
 from hiera_core import EvalJob, StagePassed
 from hiera_core.judging import device_lock, run_judge
-from hiera_core.records import CompileFailed, Evaluation, JudgeRequest, Judged, Measured, Profile, StaticRejected
+from hiera_core.records import CompileFailed, Evaluation, JudgeRequest, Judged, Profile, StaticRejected
 
 from hiera_plugins.cuda import checks
 from hiera_plugins.cuda.build import build_candidate, compiler_errors
@@ -125,22 +125,8 @@ class CudaRun:
         violation = checks.runtime_space_violation(answer.kernels, answer.aten_ops, job.space_rank)
         if violation:
             return StaticRejected(reason=f"{job.candidate.space}: {violation}")
-        return Measured(
-            latency_ms=answer.latency_ms,
-            latency_p10_ms=answer.latency_p10_ms,
-            latency_p90_ms=answer.latency_p90_ms,
-            repeats=answer.repeats,
-            reference_latency_ms=answer.reference_latency_ms,
-            max_abs_error=answer.max_abs_error,
-            checks=[*answer.checks, f"{answer.checked_timed_calls} timed calls on fresh inputs"],
-            compile_s=job.compile_s,
-            profile=fallback_profile("not profiled yet", job, answer.latency_ms),
-            timing_bound=answer.timing_bound,
-            reference_engine=answer.reference_engine,
-            resources=json.loads(job.artifacts.get("resources", "{}")),
-            compiled_reference_latency_ms=answer.compiled_reference_latency_ms,
-            compiled_reference_note=answer.compiled_reference_note,
-        )
+        return answer.measured(compile_s=job.compile_s, profile=fallback_profile("not profiled yet", job, answer.latency_ms),
+                               resources=json.loads(job.artifacts.get("resources", "{}")))
 
 
 def fallback_profile(why: str, job: EvalJob, latency_ms: float) -> Profile:

@@ -117,19 +117,7 @@ class HostRun:
             metrics["achieved_gflops"] = roofline.flops / (latency * 1e6)
         findings = _findings(signals, metrics)
         profile = Profile(source="host-timer", metrics=metrics, signals={k: round(v, 4) for k, v in signals.items()}, findings=findings)
-        return Measured(
-            latency_ms=latency,
-            latency_p10_ms=answer.latency_p10_ms,
-            latency_p90_ms=answer.latency_p90_ms,
-            repeats=answer.repeats,
-            reference_latency_ms=answer.reference_latency_ms,
-            max_abs_error=answer.max_abs_error,
-            checks=[*answer.checks, f"{answer.checked_timed_calls} timed calls on fresh inputs"],
-            compile_s=job.compile_s,
-            profile=profile,
-            timing_bound=answer.timing_bound,
-            reference_engine=answer.reference_engine,
-        )
+        return answer.measured(compile_s=job.compile_s, profile=profile)
 
 
 def _findings(signals: dict[str, float], metrics: dict[str, float]) -> list[str]:
