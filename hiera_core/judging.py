@@ -22,6 +22,7 @@ import fcntl
 import importlib
 import json
 import os
+import resource
 import selectors
 import signal
 import statistics
@@ -46,6 +47,8 @@ from hiera_core.records import (
     JudgeAnswer,
     JudgeRequest,
     Judged,
+    Loaded,
+    LoadOrder,
     Order,
     Reply,
     Task,
@@ -176,8 +179,6 @@ class Runner:
 
     def __init__(self, module: str, *, scratch: Path, args: Sequence[str] = (), pass_fds: Sequence[int] = (),
                  rlimit_data_bytes: int | None = None) -> None:
-        import resource
-
         def limits() -> None:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             if rlimit_data_bytes:
@@ -191,7 +192,6 @@ class Runner:
         )
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.process.stdout, selectors.EVENT_READ)
-        self.paused = False
 
     def ask(self, order: Order, *, timeout_s: float) -> tuple[Reply, float]:
         """Send `order`; return the runner's reply and the wall milliseconds from sending to reading it."""
@@ -228,13 +228,11 @@ class Runner:
         for pid in self._others():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGSTOP)
-        self.paused = True
 
     def resume(self) -> None:
         for pid in self._others():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGCONT)
-        self.paused = False
 
     def _others(self) -> list[int]:
         if os.getpid() != 1:  # no PID namespace: the runner's process group is all we know of
@@ -258,6 +256,23 @@ def call(runner: Runner, order: Order, *, timeout_s: float) -> tuple[CallDone, f
     if not isinstance(reply, CallDone):
         raise RunnerGone(f"the runner answered {type(reply).__name__} to a call")
     return reply, wall_ms
+
+
+def load(runner: Runner, request: JudgeRequest, *, timeout_s: float) -> Crashed | None:
+    """Have the runner load the candidate (it is untrusted from here on); the Crashed record if it could not."""
+    reply, _ = runner.ask(LoadOrder(workload_factory=request.workload_factory, workload_config=request.workload_config,
+                                    task=request.task, library=request.library), timeout_s=timeout_s)
+    if isinstance(reply, Loaded):
+        return None
+    return Crashed(reason=f"loading the candidate failed: {getattr(reply, 'reason', reply)}")
+
+
+class Wrong(Exception):
+    """A check failed: the candidate is incorrect (its output, or an input it wrote)."""
+
+    def __init__(self, reason: str, error: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.error = reason, error
 
 
 class CandidateFailed(Exception):

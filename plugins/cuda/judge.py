@@ -59,7 +59,6 @@ from hiera_core.records import (
     JudgeRequest,
     Judged,
     Loaded,
-    LoadOrder,
     Rejected,
     TimedOut,
 )
@@ -74,12 +73,6 @@ output is 2.1 G elements; whole-tensor temporaries ran the H200 out of memory)."
 
 class Failed(Exception):
     """The candidate's call raised."""
-
-
-class Wrong(Exception):
-    def __init__(self, reason: str, error: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason, self.error = reason, error
 
 
 def main() -> None:
@@ -219,22 +212,22 @@ class CudaJudge:
         except judging.CandidateFailed as exc:
             if exc.raised:  # a CUDA error, a wrong signature: the candidate crashed
                 raise Failed(str(exc)) from None
-            raise Wrong(str(exc)) from None
+            raise judging.Wrong(str(exc)) from None
         return reply, wall, views, target
 
     def check(self, label: str, inputs, views, target, reference) -> float:
         for i, tensor in enumerate(inputs):
             if not torch.equal(self._array(self.inputs_arena, views[str(i)]), tensor):
-                raise Wrong(f"{label}: input {i} was modified")
+                raise judging.Wrong(f"{label}: input {i} was modified")
         rtol, atol = self.h.tolerance
         error, first_bad = max_error(target, reference, rtol, atol)
         if first_bad == "non-finite":
-            raise Wrong(f"{label}: non-finite values in the output (never written?)")
+            raise judging.Wrong(f"{label}: non-finite values in the output (never written?)")
         allowance = self.allowed(inputs, reference) if first_bad is not None else 0.0
         if first_bad is not None and error > allowance:
             where = tuple(int(i) for i in torch.unravel_index(torch.tensor(first_bad), tuple(target.shape)))
             allowed = f"; PyTorch's own FP32 error allows {allowance:.3g}" if allowance else ""
-            raise Wrong(f"{label}: max abs error {error:.3g} (at {where}: got {float(target[where]):.6g},"
+            raise judging.Wrong(f"{label}: max abs error {error:.3g} (at {where}: got {float(target[where]):.6g},"
                         f" expected {float(reference[where]):.6g}; rtol {rtol:g}, atol {atol:g}{allowed})", error)
         return error
 
@@ -257,7 +250,7 @@ class CudaJudge:
     def evaluate(self) -> JudgeAnswer:
         try:
             return self._evaluate()
-        except Wrong as exc:
+        except judging.Wrong as exc:
             return Incorrect(reason=exc.reason, max_abs_error=exc.error)
         except Failed as exc:
             return Crashed(reason=str(exc))
@@ -299,11 +292,9 @@ class CudaJudge:
                 compiled, compiled_note = None, f"torch.compile failed: {type(exc).__name__}: {str(exc).strip()[:300]}"
         timed(self.flush, lambda: self.baseline(sample))
         self.mark("compiled_baseline")
-        reply, _ = self.runner.ask(LoadOrder(workload_factory=self.request.workload_factory,
-                                             workload_config=self.request.workload_config, task=self.request.task,
-                                             library=self.request.library), timeout_s=self.timeout_s)
-        if not isinstance(reply, Loaded):
-            return Crashed(reason=f"loading the candidate failed: {getattr(reply, 'reason', reply)}")
+        failed = judging.load(self.runner, self.request, timeout_s=self.timeout_s)
+        if failed is not None:
+            return failed
         self.mark("load")
 
         labels, largest = [], 0.0

@@ -37,8 +37,6 @@ from hiera_core.records import (
     JudgeAnswer,
     JudgeRequest,
     Judged,
-    Loaded,
-    LoadOrder,
     Rejected,
     TimedOut,
 )
@@ -121,18 +119,18 @@ class Judge:
         """Compare the output with the reference and the shared inputs with the judge's own copies."""
         for name, array in inputs.items():
             if not np.array_equal(self.arena.array(views[name]), array, equal_nan=True):
-                raise Wrong(f"{label}: input '{name}' was modified")
+                raise judging.Wrong(f"{label}: input '{name}' was modified")
         reference = self.harness.reference(case, inputs) if reference is None else reference
         error, bad = compare(out, reference, *self.harness.tolerance)
         if bad:
-            raise Wrong(f"{label}: {bad}", error)
+            raise judging.Wrong(f"{label}: {bad}", error)
         return error
 
     def checked_call(self, label: str, case, inputs) -> float:
         try:
             _, _, views, out = self.call(case, inputs)
         except judging.CandidateFailed as exc:
-            raise Wrong(f"{label}: the call failed: {exc}") from None
+            raise judging.Wrong(f"{label}: the call failed: {exc}") from None
         try:
             return self.check(label, case, inputs, views, out)
         finally:
@@ -146,14 +144,12 @@ class Judge:
             reply, wall, _, _ = self.call(timing_case, h.make_inputs(timing_case, 0, h.distributions[0]), null=True)
             self.runner.resume()
             overhead.append(wall - reply.in_process_ms)
-        reply, _ = self.runner.ask(LoadOrder(workload_factory=self.request.workload_factory,
-                                             workload_config=self.request.workload_config, task=self.request.task,
-                                             library=self.request.library), timeout_s=self.timeout_s)
-        if not isinstance(reply, Loaded):
-            return Crashed(reason=f"loading the candidate failed: {getattr(reply, 'reason', reply)}")
+        failed = judging.load(self.runner, self.request, timeout_s=self.timeout_s)
+        if failed is not None:
+            return failed
         try:
             return self._measure(timing_case, overhead)
-        except Wrong as exc:
+        except judging.Wrong as exc:
             return Incorrect(reason=exc.reason, max_abs_error=exc.error)
 
     def _measure(self, timing_case, overhead: list[float]) -> JudgeAnswer:
@@ -181,7 +177,7 @@ class Judge:
             try:
                 reply, wall, views, out = self.call(timing_case, inputs)
             except judging.CandidateFailed as exc:
-                raise Wrong(f"timed call {i}: the call failed: {exc}") from None
+                raise judging.Wrong(f"timed call {i}: the call failed: {exc}") from None
             times.append(reply.in_process_ms)
             walls.append(wall)
             cpu.append(reply.cpu_ms)
@@ -206,7 +202,7 @@ class Judge:
             try:
                 reply, _, views, out = self.call(cache_case, inputs)
             except judging.CandidateFailed as exc:
-                raise Wrong(f"cache-size call {k}: the call failed: {exc}") from None
+                raise judging.Wrong(f"cache-size call {k}: the call failed: {exc}") from None
             self.check(f"cache-size call {k}", cache_case, inputs, views, out)
             self.runner.resume()
             cache_runs.append((reply.in_process_ms, reply.cpu_ms))
@@ -232,12 +228,6 @@ class Judge:
                 "cores": cores,
             },
         )
-
-
-class Wrong(Exception):
-    def __init__(self, reason: str, error: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason, self.error = reason, error
 
 
 def compare(out: np.ndarray, reference: np.ndarray, rtol: float, atol: float) -> tuple[float, str | None]:
