@@ -48,6 +48,7 @@ from hiera_core.records import (
     JudgeRequest,
     Judged,
     Loaded,
+    Ready,
     LoadOrder,
     Order,
     Reply,
@@ -81,7 +82,7 @@ def run_judge(
 ) -> Judged | Evaluation:
     """Run an architecture's judge (`python -m module`) on one candidate, in a new sandbox.
 
-    The judge starts at once and prepares (interpreter, imports, harness, its runner); only after it prints
+    The judge starts at once and prepares (interpreter, imports, harness, its runner up to `Ready`); only after it prints
     `READY` is `device_lock` taken and `go` sent, so start-up overlaps other candidates' device time. Each
     phase has `timeout_s`; at the end of it the whole sandbox is killed. Returns the judge's `Judged`, or
     the Evaluation that ends the pipeline. The judge's log goes to `workdir/judge.log`."""
@@ -95,14 +96,18 @@ def run_judge(
         try:
             box.process.stdin.write(json.dumps(to_dict(request)) + "\n")
             box.process.stdin.flush()
-            if _read_until(box, READY, timeout_s) is None:
+            before = _read_until(box, READY, timeout_s)
+            if before is None:
                 return TimedOut(limit_s=timeout_s)
-            with device_lock or contextlib.nullcontext():
-                box.process.stdin.write("go\n")
-                box.process.stdin.flush()
-                stdout = _read_until(box, None, timeout_s)
-            if stdout is None:
-                return TimedOut(limit_s=timeout_s)
+            stdout, ready = before
+            if ready:
+                with device_lock or contextlib.nullcontext():
+                    box.process.stdin.write("go\n")
+                    box.process.stdin.flush()
+                    after = _read_until(box, None, timeout_s)
+                if after is None:
+                    return TimedOut(limit_s=timeout_s)
+                stdout = after[0]
             box.process.wait(timeout=60)  # its output closed: it is ending
         except (BrokenPipeError, subprocess.TimeoutExpired):
             stdout = ""
@@ -117,8 +122,9 @@ def run_judge(
     return from_dict(json.loads(lines[-1]), JudgeAnswer)
 
 
-def _read_until(box: sandbox.Sandboxed, marker: str | None, timeout_s: float) -> str | None:
-    """Everything the judge prints up to `marker` (or to its end when None); None, everything killed, on time-out."""
+def _read_until(box: sandbox.Sandboxed, marker: str | None, timeout_s: float) -> tuple[str, bool] | None:
+    """Everything the judge prints up to `marker` (or to its end), and whether the marker came; None, everything
+    killed, on time-out. A judge that answers before READY (its runner never started) ends without it."""
     deadline = time.monotonic() + timeout_s
     seen = []
     stream = box.process.stdout
@@ -133,7 +139,7 @@ def _read_until(box: sandbox.Sandboxed, marker: str | None, timeout_s: float) ->
                 continue
             line = stream.readline()
             if not line or (marker is not None and line.strip() == marker):
-                return "".join(seen)
+                return "".join(seen), bool(line)
             seen.append(line)
 
 
@@ -202,17 +208,26 @@ class Runner:
             self.process.stdin.flush()
         except BrokenPipeError:
             raise RunnerGone(self._gone("before the order")) from None
+        reply = self._reply(timeout_s)
+        return reply, (time.perf_counter() - started) * 1e3
+
+    def started(self, *, timeout_s: float) -> None:
+        """Wait for the runner's `Ready`, so that its start-up (imports, device context) is over before the
+        judge says READY and is given the device."""
+        reply = self._reply(timeout_s)
+        if not isinstance(reply, Ready):
+            raise RunnerGone(f"the runner began with {type(reply).__name__}, not Ready")
+
+    def _reply(self, timeout_s: float) -> Reply:
         if not self.selector.select(timeout_s):
             raise RunnerGone(f"no reply within {timeout_s:.0f} s", timed_out=True)
         text = self.process.stdout.readline()
-        wall_ms = (time.perf_counter() - started) * 1e3
         if not text:
             raise RunnerGone(self._gone("without a reply"))
         try:
-            reply = from_dict(json.loads(text), Reply)
+            return from_dict(json.loads(text), Reply)
         except Exception:  # noqa: BLE001 -- whatever the candidate wrote, it is not a reply
             raise RunnerGone(f"the candidate's process broke the protocol: {text[:120]!r}") from None
-        return reply, wall_ms
 
     def _gone(self, when: str) -> str:
         try:
@@ -336,6 +351,8 @@ def serve(handle: Callable[[Order], Reply]) -> None:
     channel = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    channel.write(json.dumps(to_dict(Ready(), Reply)) + "\n")
+    channel.flush()
     for line in sys.stdin:
         order = from_dict(json.loads(line), Order)
         try:

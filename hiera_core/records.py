@@ -543,6 +543,11 @@ Order = AttachOrder | LoadOrder | CallOrder
 
 
 @attrs.frozen(kw_only=True)
+class Ready:
+    """The runner is up (interpreter, imports, device context): its first line, before any order."""
+
+
+@attrs.frozen(kw_only=True)
 class Loaded:
     pass
 
@@ -565,4 +570,4 @@ class CallFailed:
     """The candidate's call raised (a CUDA error, a wrong signature) rather than returning something unusable."""
 
 
-Reply = Loaded | CallDone | CallFailed
+Reply = Ready | Loaded | CallDone | CallFailed

@@ -86,8 +86,9 @@ def main() -> None:
     runner = judging.Runner("hiera_plugins.cuda.runner", scratch=Path.cwd(), args=[str(s["device"])],
                             rlimit_data_bytes=s.get("memory_bytes"))
     torch.cuda.init()
-    judging.wait_for_go()
     try:
+        runner.started(timeout_s=s["call_timeout_s"])
+        judging.wait_for_go()
         result = CudaJudge(harness, request, runner).evaluate()
     except judging.RunnerGone as exc:
         result = TimedOut(limit_s=s["call_timeout_s"]) if exc.timed_out else Crashed(reason=str(exc))

@@ -91,8 +91,9 @@ def main() -> None:
     memory = request.settings.get("memory_bytes")
     runner = judging.Runner("hiera_plugins.host.runner", scratch=Path.cwd(), args=[str(arena.fd)],
                             pass_fds=[arena.fd], rlimit_data_bytes=memory)
-    judging.wait_for_go()
     try:
+        runner.started(timeout_s=request.settings["call_timeout_s"])
+        judging.wait_for_go()
         result = Judge(harness, request, runner, arena).evaluate()
     except judging.RunnerGone as exc:
         result = TimedOut(limit_s=request.settings["call_timeout_s"]) if exc.timed_out else Crashed(reason=str(exc))
