@@ -200,8 +200,11 @@ class Runner:
         self.selector.register(self.process.stdout, selectors.EVENT_READ)
 
     def ask(self, order: Order, *, timeout_s: float) -> tuple[Reply, float]:
-        """Send `order`; return the runner's reply and the wall milliseconds from sending to reading it."""
+        """Send `order`; return the runner's reply and the wall milliseconds from sending to reading it. The
+        candidate's processes run only from an order to its reply: stopped (SIGSTOP) in between, they cannot
+        watch the judge place the next inputs or read an output."""
         line = (json.dumps(to_dict(order, Order)) + "\n").encode()
+        self._signal(signal.SIGCONT)
         started = time.perf_counter()
         try:
             self.process.stdin.write(line)
@@ -209,7 +212,9 @@ class Runner:
         except BrokenPipeError:
             raise RunnerGone(self._gone("before the order")) from None
         reply = self._reply(timeout_s)
-        return reply, (time.perf_counter() - started) * 1e3
+        wall_ms = (time.perf_counter() - started) * 1e3
+        self._signal(signal.SIGSTOP)
+        return reply, wall_ms
 
     def started(self, *, timeout_s: float) -> None:
         """Wait for the runner's `Ready`, so that its start-up (imports, device context) is over before the
@@ -217,6 +222,7 @@ class Runner:
         reply = self._reply(timeout_s)
         if not isinstance(reply, Ready):
             raise RunnerGone(f"the runner began with {type(reply).__name__}, not Ready")
+        self._signal(signal.SIGSTOP)
 
     def _reply(self, timeout_s: float) -> Reply:
         if not self.selector.select(timeout_s):
@@ -237,17 +243,11 @@ class Runner:
         tail = [line for line in Path(self.log.name).read_text(errors="replace").splitlines() if line.strip()][-2:]
         return f"{sandbox.describe_exit(code)} {when}{': ' + ' | '.join(tail) if tail else ''}"
 
-    def pause(self) -> None:
-        """Stop every process of the candidate's (all but the judge, in a sandbox of their own): nothing of it
-        runs while the judge reads its output."""
+    def _signal(self, signum: int) -> None:
+        """Signal every process of the candidate's (all but the judge, in a sandbox of their own)."""
         for pid in self._others():
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        for pid in self._others():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signum)
 
     def _others(self) -> list[int]:
         if os.getpid() != 1:  # no PID namespace: the runner's process group is all we know of
@@ -255,17 +255,14 @@ class Runner:
         return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != 1]
 
     def close(self) -> None:
-        for pid in self._others():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        self._signal(signal.SIGKILL)
         self.process.wait()
         self.log.close()
 
 
 def call(runner: Runner, order: Order, *, timeout_s: float) -> tuple[CallDone, float]:
-    """One call the runner must answer with `CallDone`; the runner is paused when this returns."""
+    """One call the runner must answer with `CallDone`."""
     reply, wall_ms = runner.ask(order, timeout_s=timeout_s)
-    runner.pause()
     if isinstance(reply, CallFailed):
         raise CandidateFailed(reply.reason, raised=reply.raised)
     if not isinstance(reply, CallDone):

@@ -1,9 +1,9 @@
 """The cuda judge: decides a cuda candidate's verdict without ever loading it (eval.md §3, §4).
 
 It owns two GPU buffers that the runner opens through CUDA IPC, one for a call's inputs and one for its
-output. For every call it draws fresh inputs (every data input the harness makes), writes them into the
-input buffer, fills the output buffer with NaN, orders the call, stops the runner's processes when the reply
-comes, and reads the output buffer and the inputs back itself:
+output. The runner's processes run only from an order to its reply (stopped in between). For every call the
+judge draws fresh inputs (every data input the harness makes), writes them into the input buffer, fills the
+output buffer with NaN, orders the call, and reads the output buffer and the inputs back itself:
 
 1. correctness: every case, seed and distribution against an FP64 reference computed here (TF32 off);
 2. timing: each timed call on inputs never seen before (no result cache can hit), a secret random share of
@@ -205,8 +205,9 @@ class CudaJudge:
     # --- one call ---------------------------------------------------------------------------------
 
     def call(self, inputs, reference, *, null=False, inspect=False, flush=True):
-        """One call of the runner on `inputs`; the runner is paused when this returns (resume it)."""
+        """One call of the runner on `inputs`, placed in the buffers first."""
         views, out, target = self.place(inputs, reference)
+        self.placed = views, out
         order = CallOrder(case={}, inputs=views, output=out, null=null, inspect=inspect, flush_cache=flush)
         try:
             reply, wall = judging.call(self.runner, order, timeout_s=self.timeout_s)
@@ -215,6 +216,14 @@ class CudaJudge:
                 raise Failed(str(exc)) from None
             raise judging.Wrong(str(exc)) from None
         return reply, wall, views, target
+
+    def warm_up(self) -> None:
+        """A null call just before the next inputs are placed, so that a timed call follows a call as every
+        calibration call did (a runner woken from a long sleep answers later: on the H200, 0.2-0.4 ms more a
+        call with the judge's checks and reference between timed calls). It runs on the inputs of the call
+        before, which the candidate has seen; its figures are not used (the candidate can slow it)."""
+        views, out = self.placed
+        judging.call(self.runner, CallOrder(case={}, inputs=views, output=out, null=True), timeout_s=self.timeout_s)
 
     def check(self, label: str, inputs, views, target, reference) -> float:
         for i, tensor in enumerate(inputs):
@@ -241,10 +250,7 @@ class CudaJudge:
 
     def checked_call(self, label: str, inputs, reference, **kwargs):
         reply, wall, views, target = self.call(inputs, reference, **kwargs)
-        try:
-            return reply, wall, self.check(label, inputs, views, target, reference)
-        finally:
-            self.runner.resume()
+        return reply, wall, self.check(label, inputs, views, target, reference)
 
     # --- the protocol -----------------------------------------------------------------------------
 
@@ -281,7 +287,6 @@ class CudaJudge:
         overhead = []
         for _ in range(CALIBRATION_CALLS):  # the protocol around a null call, before the candidate is loaded
             reply, wall, _, _ = self.call(sample, timing_reference, null=True)
-            self.runner.resume()
             overhead.append(wall - reply.in_process_ms)
         self.mark("calibration")
         compiled, compiled_note = None, ""
@@ -315,19 +320,15 @@ class CudaJudge:
         while not done:
             i = len(times)
             inputs = h.make_inputs(timing_case, self.random.getrandbits(62), h.distributions[i % len(h.distributions)])
+            self.warm_up()
             reply, wall, views, target = self.call(inputs, timing_reference)
             times.append(reply.in_process_ms)
             walls.append(wall)
             done = timing_done(times, s)
             if i in forced or done or self.random.random() < s["check_fraction"]:  # the last one too
-                try:
-                    largest = max(largest, self.check(f"timed call {i} (fresh inputs)", inputs, views, target,
-                                                      h.reference(timing_case, inputs)))
-                finally:
-                    self.runner.resume()
+                largest = max(largest, self.check(f"timed call {i} (fresh inputs)", inputs, views, target,
+                                                  h.reference(timing_case, inputs)))
                 checked += 1
-            else:
-                self.runner.resume()
             if len(reference_times) < s["min_reference_repeats"] or spent < budget_ms:
                 elapsed, _ = timed(self.flush, lambda: self.baseline(inputs))
                 reference_times.append(elapsed)

@@ -110,11 +110,19 @@ class Judge:
         self.random = secrets.SystemRandom()  # which timed calls are checked: the candidate cannot know
 
     def call(self, case: dict[str, Any], inputs: dict[str, np.ndarray], *, null: bool = False):
-        """One call on `inputs`; returns (reply, wall ms, the output array); the runner is paused after it."""
+        """One call on `inputs`, placed in the arena first; returns (reply, wall ms, views, the output array)."""
         views, out = self.arena.place(inputs, self.harness.output(case))
+        self.placed = case, views, out
         reply, wall = judging.call(self.runner, CallOrder(case=case, inputs=views, output=out, null=null),
                                    timeout_s=self.timeout_s)
         return reply, wall, views, self.arena.array(out)
+
+    def warm_up(self) -> None:
+        """A null call just before the next inputs are placed, so that a timed call follows a call as every
+        calibration call did (a runner woken from a long sleep answers later). It runs on the inputs of the
+        call before, which the candidate has seen; its figures are not used (the candidate can slow it)."""
+        case, views, out = self.placed
+        judging.call(self.runner, CallOrder(case=case, inputs=views, output=out, null=True), timeout_s=self.timeout_s)
 
     def check(self, label: str, case, inputs, views, out, reference=None) -> float:
         """Compare the output with the reference and the shared inputs with the judge's own copies."""
@@ -132,10 +140,7 @@ class Judge:
             _, _, views, out = self.call(case, inputs)
         except judging.CandidateFailed as exc:
             raise judging.Wrong(f"{label}: the call failed: {exc}") from None
-        try:
-            return self.check(label, case, inputs, views, out)
-        finally:
-            self.runner.resume()
+        return self.check(label, case, inputs, views, out)
 
     def evaluate(self) -> JudgeAnswer:
         h = self.harness
@@ -143,7 +148,6 @@ class Judge:
         overhead = []
         for _ in range(CALIBRATION_CALLS):  # the protocol around a null call: before the candidate is loaded
             reply, wall, _, _ = self.call(timing_case, h.make_inputs(timing_case, 0, h.distributions[0]), null=True)
-            self.runner.resume()
             overhead.append(wall - reply.in_process_ms)
         failed = judging.load(self.runner, self.request, timeout_s=self.timeout_s)
         if failed is not None:
@@ -176,6 +180,7 @@ class Judge:
             i = len(times)
             inputs = h.make_inputs(timing_case, self.random.getrandbits(62), h.distributions[i % len(h.distributions)])
             try:
+                self.warm_up()
                 reply, wall, views, out = self.call(timing_case, inputs)
             except judging.CandidateFailed as exc:
                 raise judging.Wrong(f"timed call {i}: the call failed: {exc}") from None
@@ -186,7 +191,6 @@ class Judge:
             if i in checked or self.random.random() < s["check_fraction"] or not again:  # the last one too
                 self.check(f"timed call {i} (fresh inputs)", timing_case, inputs, views, out)
                 checked.add(i)
-            self.runner.resume()
             if len(reference_times) < s["reference_repeats"]:
                 t0 = time.perf_counter()
                 h.reference(timing_case, inputs)
@@ -205,7 +209,6 @@ class Judge:
             except judging.CandidateFailed as exc:
                 raise judging.Wrong(f"cache-size call {k}: the call failed: {exc}") from None
             self.check(f"cache-size call {k}", cache_case, inputs, views, out)
-            self.runner.resume()
             cache_runs.append((reply.in_process_ms, reply.cpu_ms))
         cache_wall = statistics.median(w for w, _ in cache_runs)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
