@@ -219,7 +219,7 @@ class CudaStencilTemplate:
         "boundary": Knob(values=("checked", "split"), direction="C", space="pure_cuda"),
         "vector_loads": Knob(values=(False, True), direction="M", space="pure_cuda"),
         # The ring kernel's own shape (tiling=ring): each value's first entry is the best we measured on
-        # the H200 (scripts/explore_stencil_kernels.py), the others are the neighbours a search moves to.
+        # the H200 (research/explore_stencil_kernels.py), the others are the neighbours a search moves to.
         "ring_columns": Knob(values=(2, 4), direction="T", space="pure_cuda"),
         "ring_threads": Knob(values=(128, 64, 256), direction="P", space="pure_cuda"),
         "strip_rows": Knob(values=(120, 60, 240), direction="M", space="pure_cuda"),

@@ -6,7 +6,7 @@ SM, and is timed with CUDA events over repeated calls for about a second while n
 clock and power. Prints TFLOP/s, FLOP per clock per SM at the median clock, and the share of the sheet's peak
 (the sheet's figures assume the boost clock). Writes the rows to --json.
 
-    source .whl/setup-device.sh && python3 scripts/bench_fp64_pipes.py
+    source .whl/setup-device.sh && python3 research/bench_fp64_pipes.py
 """
 
 from __future__ import annotations

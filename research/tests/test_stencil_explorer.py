@@ -1,4 +1,4 @@
-"""The explorer's FP64 tensor-core kernel (`scripts/explore_stencil_kernels.py --dmma`), emulated on the CPU:
+"""The explorer's FP64 tensor-core kernel (`research/explore_stencil_kernels.py --dmma`), emulated on the CPU:
 its CUDA source compiled as C++ with one std::thread per CUDA thread, a barrier for __syncthreads, the warp's
 mma.m8n8k4 done by its 32 lanes together in the PTX fragment layout, cp.async as an immediate copy, under
 AddressSanitizer; every output compared with the stencil's definition. On the H200 it is correct and slower
@@ -17,7 +17,7 @@ import pytest
 
 from hiera_workloads.stencil2d.reference import reference
 
-SCRIPT = Path(__file__).parent.parent / "scripts" / "explore_stencil_kernels.py"
+SCRIPT = Path(__file__).parent.parent / "explore_stencil_kernels.py"
 
 RUNTIME = r"""
 #include <barrier>

@@ -4,7 +4,7 @@
 against the FP64 `Model` (relative to max(1, max |reference|)). One JSON line per task. Measured before making cuDNN's search an
 expert move; docs/kernelbench.md has the H200 figures.
 
-    python3 scripts/probe_cudnn_benchmark.py --root ~/KernelBench --level 2 --tasks 1,3,7
+    python3 research/probe_cudnn_benchmark.py --root ~/KernelBench --level 2 --tasks 1,3,7
 """
 
 from __future__ import annotations

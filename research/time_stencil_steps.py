@@ -10,7 +10,7 @@ at n for `--check-steps` steps (the reference takes ~20 ms a step at n = 10240).
 with the SM clock nvidia-smi sampled during its timed call (a long FP64 run may lower it), and writes them to
 --json.
 
-    source .whl/setup-device.sh && python3 scripts/time_stencil_steps.py [--n 10240] [--steps 10240] [--radius 3]
+    source .whl/setup-device.sh && python3 research/time_stencil_steps.py [--n 10240] [--steps 10240] [--radius 3]
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ outside the n x n grid, as between two launches).
 the input rows it needs in a warp-private ring (FastStencil's layout; sweep 6, slower than the ring).
 `dmma` (with --dmma, beside the template's ring): FP64 tensor cores, 8 x 8 output tiles as banded-matrix
 products (mma.m8n8k4), streamed through a shared-memory ring of 4-row chunks (sweep 7, 0.82 ms against the
-ring's 0.50: m8n8k4 runs at half the tensor-core rate on the H200, see scripts/bench_fp64_pipes.py).
+ring's 0.50: m8n8k4 runs at half the tensor-core rate on the H200, see research/bench_fp64_pipes.py).
 Each variant is checked against a CuPy shifted-add FP64 reference (applied twice for fused2) at n and at
 n = 1002, then timed (median of CUDA-event times over back-to-back launches). Prints the measured copy
 floor and one line per variant, fastest per step first; writes every row to --json.
-Usage: python scripts/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused | --gather | --dmma | --persist | --wide]
+Usage: python research/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused | --gather | --dmma | --persist | --wide]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from hiera_workloads.stencil2d.reference import reference as stencil_reference
 
 try:
     import cupy as cp
-except ImportError:  # the kernel sources are importable without it (tests/test_stencil_explorer.py)
+except ImportError:  # the kernel sources are importable without it (research/tests/test_stencil_explorer.py)
     cp = None
 
 SOURCE = r"""

@@ -1,7 +1,7 @@
 """Benchmark of the cuda evaluator itself (not a test): how much a batch of candidates costs beyond compiling,
 and how busy the GPU stays while compiles run in parallel.
 
-    python3 scripts/bench_evaluator.py [--candidates 8] [--workers 8] [--json OUT.json]
+    python3 research/bench_evaluator.py [--candidates 8] [--workers 8] [--json OUT.json]
 
 It evaluates distinct variants of an FP32 matmul (2048^3) through the real stages: `cuda-compile` in a
 thread pool, then `cuda-run` and `cuda-profile`, one candidate on the GPU at a time. It prints per-stage
