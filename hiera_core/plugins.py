@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -48,16 +49,13 @@ def make_plugin_manager(
         pm.set_blocked(name)
     pm.hook.hiera_addhooks.call_historic(kwargs={"pluginmanager": pm})
     if autoload:
-        try:
-            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-        except Exception as exc:  # a broken third-party plugin must say which one it is
-            raise PluginError(f"could not load a plugin of entry-point group '{ENTRY_POINT_GROUP}': {exc!r}") from exc
+        _load_entry_points(pm)
     for plugin in extra_plugins:
         if isinstance(plugin, str):
             try:
                 plugin = importlib.import_module(plugin)
-            except ImportError as exc:
-                raise PluginError(f"cannot import plugin module '{plugin}': {exc}") from exc
+            except Exception as exc:
+                raise PluginError(f"cannot import plugin module '{plugin}': {one_line(exc)}") from exc
         if not pm.is_registered(plugin):
             pm.register(plugin)
     try:
@@ -65,6 +63,26 @@ def make_plugin_manager(
     except pluggy.PluginValidationError as exc:
         raise PluginError(str(exc)) from exc
     return pm
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    """Register every entry point of group `hiera`, one at a time, so that one that fails is named."""
+    for dist in importlib.metadata.distributions():
+        for ep in dist.entry_points:
+            if ep.group != ENTRY_POINT_GROUP or pm.has_plugin(ep.name) or pm.is_blocked(ep.name):
+                continue
+            try:
+                pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=ep.name)
+            except Exception as exc:
+                raise PluginError(
+                    f"plugin '{ep.name}' (entry point {ep.name} = {ep.value} of distribution {dist.name} {dist.version})"
+                    f" cannot be loaded: {one_line(exc)}; HIERA_DISABLE_PLUGINS={ep.name} skips it"
+                ) from exc
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: message` of an exception, its lines joined: how a plugin's failure is shown to the user."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 @attrs.frozen(kw_only=True)

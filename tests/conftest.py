@@ -18,6 +18,18 @@ def run_hiera(*args: str, cwd: Path, env: dict | None = None, timeout: float = 6
     return subprocess.run([str(HIERA), *args], cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout)
 
 
+def write_distribution(site: Path, name: str, version: str, entry_points: dict[str, str], modules: dict[str, str]) -> Path:
+    """An installed distribution in `site` as pip leaves one (its dist-info: metadata and `hiera` entry points) with
+    its modules' sources; `site` on the import path makes it found like any other."""
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text("[hiera]\n" + "".join(f"{ep} = {value}\n" for ep, value in entry_points.items()))
+    for module, source in modules.items():
+        (site / f"{module}.py").write_text(source)
+    return site
+
+
 @pytest.fixture
 def hiera(tmp_path):
     def call(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:

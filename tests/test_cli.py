@@ -1,6 +1,7 @@
 """What a user sees from the `hiera` command: plugins, configuration and bad input."""
 
 import pytest
+from conftest import write_distribution
 
 
 def test_plugins_lists_every_builtin_with_its_distribution_and_entry_point(hiera):
@@ -32,6 +33,19 @@ def test_an_unknown_name_gets_one_line_with_the_choices_and_exit_code_2(hiera, a
     assert message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr
+
+
+def test_a_plugin_that_fails_to_import_stops_hiera_with_one_line_naming_it(hiera, tmp_path):
+    from test_core import BROKEN_PLUGIN
+
+    site = write_distribution(tmp_path / "site", "hiera-broken", "0.2.0", {"broken": "hiera_broken"}, {"hiera_broken": BROKEN_PLUGIN})
+    for args in (["plugins"], ["--workload", "stencil2d"]):
+        done = hiera(*args, env={"PYTHONPATH": str(site)})
+        assert done.returncode == 2
+        assert done.stderr.splitlines() == [
+            "hiera: error: plugin 'broken' (entry point broken = hiera_broken of distribution hiera-broken 0.2.0) cannot be"
+            " loaded: ModuleNotFoundError: No module named 'a_module_nobody_installed'; HIERA_DISABLE_PLUGINS=broken skips it"
+        ]
 
 
 def test_an_unknown_key_in_hiera_toml_names_file_table_and_key(hiera, tmp_path):

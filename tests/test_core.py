@@ -6,6 +6,7 @@ import types
 from pathlib import Path
 
 import pytest
+from conftest import write_distribution
 
 from hiera_core import hookimpl, hookspecs, records, serialization
 from hiera_core.config import ConfigError, load_config
@@ -125,6 +126,23 @@ def test_a_blocked_plugin_is_not_loaded(monkeypatch):
     monkeypatch.setenv("HIERA_DISABLE_PLUGINS", "stencil2d")
     workloads = collect(make_plugin_manager(), "workloads")
     assert "stencil2d" not in workloads.classes
+
+
+BROKEN_PLUGIN = "import hiera_core\nimport a_module_nobody_installed\n"
+"""A plugin whose import fails, as one does when its own dependency is missing."""
+
+
+def test_a_plugin_that_fails_to_import_is_named_with_its_entry_point_and_distribution(tmp_path, monkeypatch):
+    write_distribution(tmp_path, "hiera-broken", "0.2.0", {"broken": "hiera_broken"}, {"hiera_broken": BROKEN_PLUGIN})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError) as error:
+        make_plugin_manager()
+    assert str(error.value) == (
+        "plugin 'broken' (entry point broken = hiera_broken of distribution hiera-broken 0.2.0) cannot be loaded:"
+        " ModuleNotFoundError: No module named 'a_module_nobody_installed'; HIERA_DISABLE_PLUGINS=broken skips it"
+    )
+    monkeypatch.setenv("HIERA_DISABLE_PLUGINS", "broken")
+    assert "stencil2d" in collect(make_plugin_manager(), "workloads").classes
 
 
 def test_the_run_log_keeps_every_hiera_event_and_only_warnings_of_other_libraries(tmp_path):
