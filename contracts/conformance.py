@@ -29,15 +29,18 @@ PROTOCOL_OF = {
 
 
 def conformance_problems(pm: pluggy.PluginManager) -> list[str]:
-    """One line per problem: a missing member, a non-callable method, a bad class attribute."""
+    """One line per problem: a missing member, a method that is not callable, a bad class attribute."""
     problems = []
     for kind in KINDS:
         protocol = PROTOCOL_OF[kind]
+        methods = protocol_methods(protocol)
         for name, cls in collect(pm, kind).classes.items():
             where = f"{kind[:-1]} '{name}' ({cls.__module__}.{cls.__qualname__})"
             for member in protocols_members(protocol):
                 if not hasattr(cls, member):
                     problems.append(f"{where}: missing `{member}`")
+                elif member in methods and not callable(value := getattr(cls, member)):
+                    problems.append(f"{where}: `{member}` must be a method, not {type(value).__name__} {value!r:.60}")
             if not hasattr(cls, "config_class") and kind not in ("spaces", "directions"):
                 problems.append(f"{where}: missing `config_class` (None when it takes no configuration)")
             if kind == "directions" and name not in DIRECTIONS and len(name) != 1:
@@ -53,6 +56,11 @@ def protocols_members(protocol: type) -> list[str]:
         for name in getattr(protocol, "__protocol_attrs__", None) or _annotated_and_methods(protocol)
         if not name.startswith("_")
     )
+
+
+def protocol_methods(protocol: type) -> set[str]:
+    """The members of `protocol` that the framework calls."""
+    return {name for name, value in vars(protocol).items() if inspect.isfunction(value) and not name.startswith("_")}
 
 
 def _annotated_and_methods(protocol: type) -> set[str]:

@@ -37,6 +37,7 @@ import attrs
 import structlog
 
 from hiera_core import records
+from hiera_core.plugins import PluginError, one_line
 from hiera_core.protocols import AgentAnswer, AgentRequest, BackendError
 from hiera_core.records import (
     Candidate,
@@ -741,9 +742,11 @@ class Agents:
             answer = self.backend.answer(request)
         except BackendError as exc:
             return None, False, f"backend {self.backend.name}: {exc}"
-        except Exception as exc:  # a backend bug costs this request, not the run
+        except Exception as exc:  # a bug, not an answer that could not be had: asking again cannot help
             log.exception("backend_failed", backend=self.backend.name, role=request.role)
-            return None, False, f"backend {self.backend.name} failed: {exc!r}"
+            raise PluginError(
+                f"backend '{self.backend.name}' failed on round {request.round}'s {request.role} request: {one_line(exc)}"
+            ) from exc
         self.cache.put(request, answer, self.backend.name)
         return answer, False, None
 

@@ -21,7 +21,8 @@ KINDS = ("workloads", "spaces", "directions", "backends", "architectures", "eval
 
 
 class PluginError(Exception):
-    """A plugin could not be loaded, or two plugins register the same name."""
+    """A plugin could not be loaded, two plugins register the same name, or a plugin raised where only a bug
+    raises (a backend's `answer` anything but BackendError): the run stops with this one line."""
 
 
 class UnknownName(LookupError):
@@ -81,8 +82,9 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
 
 
 def one_line(exc: BaseException) -> str:
-    """`Type: message` of an exception, its lines joined: how a plugin's failure is shown to the user."""
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
+    """`Type: message (notes)` of an exception, its lines joined: how a plugin's failure is shown to the user."""
+    notes = "".join(f" ({note})" for note in getattr(exc, "__notes__", ()))
+    return " ".join(f"{type(exc).__name__}: {exc}{notes}".split())
 
 
 @attrs.frozen(kw_only=True)

@@ -201,8 +201,9 @@ class LLMBackend(Protocol):
     config_class: ClassVar[type | None]
 
     def answer(self, request: AgentRequest) -> AgentAnswer:
-        """Return the answer to one request, or raise BackendError saying why there is none. Called by
-        the agent layer for every request its run's answer cache does not already hold."""
+        """Return the answer to one request, or raise BackendError saying why there is none (the request is
+        asked again). Any other exception is a bug and stops the run. Called by the agent layer for every
+        request its run's answer cache does not already hold."""
         ...
 
 

@@ -56,7 +56,11 @@ class ExpertBackend:
         stalled = self._stalled_direction(ctx)
         scores, reasons = {}, []
         for name, direction in self.session.directions.items():
-            score, reason = direction.score(profile)
+            try:
+                score, reason = direction.score(profile)
+            except Exception as exc:
+                exc.add_note(f"in direction '{name}' ({type(direction).__module__}.{type(direction).__qualname__}).score")
+                raise
             if next(self._moves(ctx, name, widest, pairs=False), None) is None:
                 score, reason = 0.0, f"{name}: no untried move left in {widest}"
             elif score < MOVABLE_FLOOR:  # e.g. no profile: a direction that can move beats one that cannot

@@ -48,6 +48,17 @@ def test_a_plugin_that_fails_to_import_stops_hiera_with_one_line_naming_it(hiera
         ]
 
 
+def test_a_direction_whose_score_raises_stops_the_run_with_one_line_naming_it(hiera, tmp_path):
+    done = hiera("--plugin", "broken_direction", "--workload", "stencil2d", "--arch", "host", "--rounds", "2", "--population", "2",
+                 "--set", "workload.stencil2d.host_n=32", "--run-dir", "r")
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        "hiera: error: backend 'expert' failed on round 1's ssda request: KeyError: 'vector_fraction'"
+        " (in direction 'V' (broken_direction.Broken).score)"
+    )
+    assert "round 1:" not in done.stdout and "report:" not in done.stdout  # stopped at the first plan, reporting no result
+
+
 def test_an_unknown_key_in_hiera_toml_names_file_table_and_key(hiera, tmp_path):
     (tmp_path / "hiera.toml").write_text("[workload.stencil2d]\nhost_n = 64\nnxx = 3\n")
     done = hiera("--workload", "stencil2d")

@@ -5,6 +5,7 @@ import types
 from pathlib import Path
 
 import pluggy
+import pytest
 
 from hiera_contracts import check_plugins
 from hiera_core import hookimpl, hookspecs, records
@@ -85,6 +86,23 @@ def test_every_hook_is_in_the_plugin_guide():
 
 def test_every_builtin_plugin_conforms_to_its_protocol():
     check_plugins(make_plugin_manager())
+
+
+def test_the_conformance_kit_rejects_a_method_that_is_not_callable():
+    class Scoreless:
+        name = "V"
+        title = description = knowledge = rubric = "vectors"
+        config_class = None
+        score = 0.5
+
+        def strategies(self, space):
+            return []
+
+    registers = types.SimpleNamespace(hiera_register_directions=hookimpl(lambda: [Scoreless]))
+    with pytest.raises(AssertionError) as error:
+        check_plugins(make_plugin_manager(autoload=False, extra_plugins=[registers]))
+    where = f"direction 'V' ({__name__}.{Scoreless.__qualname__})"
+    assert f"{where}: `score` must be a method, not float 0.5" in str(error.value).splitlines()
 
 
 def _evaluated(speedups):
