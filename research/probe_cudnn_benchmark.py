@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from hiera_plugins.cuda.judge import timed
-from hiera_plugins.kernelbench.analysis import build_model, load_task_module
-from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
+from hiera_workloads.kernelbench.analysis import build_model, load_task_module
+from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
 
 
 def median_ms(fn, flush: torch.Tensor, calls: int = 20) -> float:

@@ -23,8 +23,8 @@ from hiera_core import EvalJob
 from hiera_core.records import Candidate
 from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig
 from hiera_plugins.cuda.build import build_candidate, compiler_errors
-from hiera_plugins.kernelbench.contract import declaration
-from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
+from hiera_workloads.kernelbench.contract import declaration
+from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
 
 
 def trivial_candidate(analysis) -> str:

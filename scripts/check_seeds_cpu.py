@@ -21,9 +21,9 @@ import torch
 from torch.utils.cpp_extension import load_inline
 
 from hiera_plugins.cuda.judge import max_error
-from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
-from hiera_plugins.kernelbench.harness import CALL_SEED, PYTORCH_ERROR_FACTOR
-from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
+from hiera_workloads.kernelbench.analysis import build_model, load_task_module, state_of
+from hiera_workloads.kernelbench.harness import CALL_SEED, PYTORCH_ERROR_FACTOR
+from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
 
 CPU_LIMIT = 1 << 27
 """Elements (the largest input or the output) above which a task is skipped: its FP64 reference would not fit a

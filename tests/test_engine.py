@@ -197,7 +197,7 @@ def test_the_seed_is_evaluated_in_the_most_controlled_space_that_admits_it(tmp_p
 def test_without_a_profile_the_expert_moves_a_direction_that_has_a_move(tmp_path):
     """KernelBench's translation has one expert move (R: fuse a pointwise chain). With no profile to rank
     the directions (all score 0), the first round must still make that move, not an empty round of C."""
-    from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
+    from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
 
     config = load_config(tmp_path, environ={}, cli={"arch": "host"}, overrides=["workload.stencil2d.host_n=48"])
     session = Session.create(config, make_plugin_manager())

@@ -15,12 +15,12 @@ from hiera_core.cli import main
 from hiera_core.plugins import collect, make_plugin_manager
 from hiera_plugins.cuda.checks import hack_in_source
 from hiera_core import NoSeed
-from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
+from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
 from hiera_plugins.spaces import LibrariesPytorch
 
 ROOT = Path(__file__).parent / "plugins" / "kernelbench_tasks"
-PLUGIN = [] if any(ep.value == "hiera_plugins.kernelbench" for ep in entry_points(group="hiera")) else [
-    "--plugin", "hiera_plugins.kernelbench"]
+PLUGIN = [] if any(ep.value == "hiera_workloads.kernelbench" for ep in entry_points(group="hiera")) else [
+    "--plugin", "hiera_workloads.kernelbench"]
 """Until pyproject.toml registers the plugin, the CLI loads it by name."""
 
 
@@ -53,7 +53,7 @@ def one_task_checkout(root, level, name, *, init, forward, inputs):
 
 
 def test_the_plugin_registers_the_workload():
-    pm = make_plugin_manager(autoload=False, extra_plugins=["hiera_plugins.kernelbench"])
+    pm = make_plugin_manager(autoload=False, extra_plugins=["hiera_workloads.kernelbench"])
     assert collect(pm, "workloads").get("kernelbench") is KernelBench
 
 
@@ -319,7 +319,7 @@ def test_a_number_the_forward_makes_a_tensor_of_is_a_constant_and_the_fused_kern
     # The seed is plain ATen: built for the CPU (g++, ~40 s), it computes what the reference computes.
     from torch.utils.cpp_extension import load_inline
 
-    from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
+    from hiera_workloads.kernelbench.analysis import build_model, load_task_module, state_of
 
     extension = load_inline("seed_conv_min_add_scale", cpp_sources=[seed], functions=["forward"],
                             build_directory=str(tmp_path))
@@ -389,7 +389,7 @@ def test_a_fused_chain_computes_the_reference_for_every_broadcast_pattern(tmp_pa
     a NaN goes through relu as through PyTorch's."""
     from torch.utils.cpp_extension import load_inline
 
-    from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
+    from hiera_workloads.kernelbench.analysis import build_model, load_task_module, state_of
 
     w = one_task_checkout(
         tmp_path, 2, "1_Broadcasts",
@@ -416,7 +416,7 @@ def test_a_forward_that_draws_random_numbers_is_found_by_the_trace(tmp_path):
     """Dropout in training mode (KernelBench never calls .eval()) makes the output depend on the RNG: such a
     task is checked from one seed, in FP32 (level 2 task 66's seed was rejected against an FP64 reference,
     which draws other numbers, on the H200, 2026-11-29)."""
-    from hiera_plugins.kernelbench.analysis import analyse, load_task_module
+    from hiera_workloads.kernelbench.analysis import analyse, load_task_module
 
     random = one_task_checkout(tmp_path / "a", 2, "1_Dropout", init="self.drop = nn.Dropout(0.3)",
                                forward="return torch.softmax(self.drop(x), dim=1)", inputs="torch.rand(4, 8)")
@@ -435,8 +435,8 @@ def test_a_model_with_hundreds_of_tensors_gets_its_state_as_one_vector(tmp_path,
     for the CPU and called as the harness calls it."""
     from torch.utils.cpp_extension import load_inline
 
-    from hiera_plugins.kernelbench import contract
-    from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
+    from hiera_workloads.kernelbench import contract
+    from hiera_workloads.kernelbench.analysis import build_model, load_task_module, state_of
 
     monkeypatch.setattr(contract, "PACK_STATE_ABOVE", 2)  # the task below has 3 arguments
     w = one_task_checkout(tmp_path, 3, "1_Packed", init="self.lin = nn.Linear(8, 4)",
@@ -463,7 +463,7 @@ def test_recurrent_layers_concatenation_and_indexing_translate_and_compute_the_r
     CPU and compared with the reference."""
     from torch.utils.cpp_extension import load_inline
 
-    from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
+    from hiera_workloads.kernelbench.analysis import build_model, load_task_module, state_of
 
     w = task_checkout(tmp_path, 3, "1_Recurrent", (
         "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass Model(nn.Module):\n"
@@ -500,7 +500,7 @@ def test_the_fused_kernel_computes_its_chain_on_both_paths_emulated_on_the_cpu(t
     element, and an operand whose data is not 16-byte aligned."""
     from torch.utils.cpp_extension import load_inline
 
-    from hiera_plugins.kernelbench import fusion
+    from hiera_workloads.kernelbench import fusion
 
     steps = [fusion.Step(fusion.UNARY_C["sigmoid"]), fusion.Step("({v} * {t0})", ("operand",)),
              fusion.Step("({v} + 0.5f)"), fusion.Step(fusion.parametric("clamp", {"min": -0.2, "max": 0.9}))]
@@ -557,7 +557,7 @@ def test_a_forward_torch_fx_cannot_trace_is_lowered_to_aten_operators_and_the_se
     operand, a concatenation), which compiles for the CPU and matches the model (level 3 tasks 43, 44, 50)."""
     from torch.utils.cpp_extension import load_inline
 
-    from hiera_plugins.kernelbench.analysis import build_model, load_task_module, state_of
+    from hiera_workloads.kernelbench.analysis import build_model, load_task_module, state_of
     from hiera_plugins.spaces import CudaLibraries
 
     w = task_checkout(tmp_path, 3, "1_Causal_attention", ATTENTION_TASK)
@@ -587,7 +587,7 @@ def test_a_forward_torch_fx_cannot_trace_is_lowered_to_aten_operators_and_the_se
 
 def test_a_forward_that_lowers_to_too_many_operators_gets_no_seed_and_says_why(tmp_path, monkeypatch):
     """Level 3 task 35's LSTM unrolls to 61 k operators, a source no compiler finishes in time."""
-    from hiera_plugins.kernelbench import lowered
+    from hiera_workloads.kernelbench import lowered
 
     monkeypatch.setattr(lowered, "MAX_OPERATORS", 3)
     w = task_checkout(tmp_path, 3, "1_Causal_attention", ATTENTION_TASK)

@@ -41,7 +41,7 @@ def test_the_seed_and_the_fused_candidate_are_correct_and_timed(tmp_path):
 
 
 def test_a_wrong_kernel_is_rejected_as_incorrect(tmp_path):
-    from hiera_plugins.kernelbench.workload import KernelBench, KernelBenchConfig
+    from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
 
     w = KernelBench(KernelBenchConfig(root=str(ROOT), level=2))
     [task] = [t for t in w.tasks() if t.name == "1_Gemm_ReLU_Scaling"]

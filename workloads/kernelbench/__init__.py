@@ -3,7 +3,7 @@ ATen-translated seeds."""
 
 from hiera_core import hookimpl
 
-from hiera_plugins.kernelbench.workload import KernelBench
+from hiera_workloads.kernelbench.workload import KernelBench
 
 
 @hookimpl

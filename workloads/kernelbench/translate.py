@@ -10,9 +10,9 @@ import re
 from types import ModuleType
 from typing import Any
 
-from hiera_plugins.kernelbench import fusion
-from hiera_plugins.kernelbench.analysis import TaskAnalysis, meta_inputs, meta_model, one_line
-from hiera_plugins.kernelbench.contract import declaration, state_aliases
+from hiera_workloads.kernelbench import fusion
+from hiera_workloads.kernelbench.analysis import TaskAnalysis, meta_inputs, meta_model, one_line
+from hiera_workloads.kernelbench.contract import declaration, state_aliases
 
 
 class NoTranslation(Exception):
@@ -192,7 +192,7 @@ def _emitted(module: ModuleType, analysis: TaskAnalysis):
 def _lowered(module: ModuleType, analysis: TaskAnalysis, reason: str) -> str:
     """The seed lowered to ATen operators (`lowered`), for a forward the node-by-node translation cannot take;
     NoTranslation with both reasons if that fails too."""
-    from hiera_plugins.kernelbench.lowered import lowered_seed
+    from hiera_workloads.kernelbench.lowered import lowered_seed
 
     try:
         return lowered_seed(module, analysis)

@@ -11,9 +11,9 @@ import attrs
 
 from hiera_core.protocols import Knob, NoSeed, Template, UnsupportedArchitecture
 from hiera_core.records import Contract, Task
-from hiera_plugins.kernelbench import contract as contract_files
-from hiera_plugins.kernelbench.analysis import TaskAnalysis, TaskUnusable, analyse, load_task_module, one_line
-from hiera_plugins.kernelbench.translate import NoTranslation, pointwise_kernel, translate
+from hiera_workloads.kernelbench import contract as contract_files
+from hiera_workloads.kernelbench.analysis import TaskAnalysis, TaskUnusable, analyse, load_task_module, one_line
+from hiera_workloads.kernelbench.translate import NoTranslation, pointwise_kernel, translate
 
 ROOT_ENV = "KERNELBENCH_ROOT"
 TASK_FILE = re.compile(r"^(\d+)_(\w+)\.py$")
@@ -173,7 +173,7 @@ class KernelBench:
 
     def harness(self, task: Task, arch: str) -> Any:
         self._check_arch(arch)
-        from hiera_plugins.kernelbench.harness import KernelBenchHarness
+        from hiera_workloads.kernelbench.harness import KernelBenchHarness
 
         return KernelBenchHarness(Path(task.params["path"]), (task.params["rtol"], task.params["atol"]))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from hiera_core.records import Contract, Task
-from hiera_plugins.kernelbench.analysis import INIT_SEED, Argument, TaskAnalysis
+from hiera_workloads.kernelbench.analysis import INIT_SEED, Argument, TaskAnalysis
 
 SOURCE_FILENAME = "cuda_source.cu"
 BINDING_FILENAME = "cpp_source.cpp"

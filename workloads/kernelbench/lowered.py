@@ -10,9 +10,9 @@ import re
 from types import ModuleType
 from typing import Any
 
-from hiera_plugins.kernelbench.analysis import TaskAnalysis, meta_inputs, meta_model, one_line
-from hiera_plugins.kernelbench.contract import declaration, state_aliases
-from hiera_plugins.kernelbench.translate import NoTranslation, lit
+from hiera_workloads.kernelbench.analysis import TaskAnalysis, meta_inputs, meta_model, one_line
+from hiera_workloads.kernelbench.contract import declaration, state_aliases
+from hiera_workloads.kernelbench.translate import NoTranslation, lit
 
 DTYPES = {"float32": "at::kFloat", "float64": "at::kDouble", "float16": "at::kHalf", "bfloat16": "at::kBFloat16",
           "int64": "at::kLong", "int32": "at::kInt", "int16": "at::kShort", "int8": "at::kChar", "uint8": "at::kByte",

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from hiera_plugins.kernelbench.analysis import analyse, build_model, load_task_module, state_of
+from hiera_workloads.kernelbench.analysis import analyse, build_model, load_task_module, state_of
 
 FULL_SETS = 10
 """Input sets the judge holds at once under the full protocol: 3 seeds x 2 distributions, 3 timing sets, and
