@@ -66,6 +66,18 @@ def test_an_unknown_key_in_hiera_toml_names_file_table_and_key(hiera, tmp_path):
     assert "hiera.toml: [workload.stencil2d]" in done.stderr and "nxx" in done.stderr
 
 
+def test_a_plugin_table_value_of_another_type_is_refused_naming_file_table_key_and_value(hiera, tmp_path):
+    (tmp_path / "hiera.toml").write_text("[workload.stencil2d]\nhost_n = 64.5\n")
+    done = hiera("config", "show")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"hiera: error: {tmp_path / 'hiera.toml'}: [workload.stencil2d]: host_n: expected an integer, got 64.5 (a float)"
+    ]
+    done = hiera("config", "show", "--set", "workload.stencil2d.host_n=64", "--set", "evaluator.host-run.timeout_s=30")
+    assert done.returncode == 0, done.stderr
+    assert "host_n = 64" in done.stdout and "timeout_s = 30.0" in done.stdout
+
+
 def test_a_table_for_a_plugin_that_is_not_installed_is_an_error(hiera, tmp_path):
     (tmp_path / "hiera.toml").write_text("[arch.gpu9000]\ncc = 'x'\n")
     done = hiera("config", "show")

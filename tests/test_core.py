@@ -79,6 +79,10 @@ def test_pyproject_tool_table_is_read_when_there_is_no_hiera_toml(tmp_path):
         ("[run\nrounds = 1", "not valid TOML"),
         ("[run]\nroundz = 1", "roundz"),
         ("[run]\nrounds = 'three'", "rounds"),
+        ('[run]\nplanning = "no"', '[run]: planning: expected a boolean (true or false), got "no" (a string)'),
+        ("[run]\nrounds = 2.7", "[run]: rounds: expected an integer, got 2.7 (a float)"),
+        ("[run]\nrounds = true", "[run]: rounds: expected an integer, got true (a boolean)"),
+        ("[run]\nfloor_margin = '0.5'", '[run]: floor_margin: expected a number, got "0.5" (a string)'),
         ("[bogus]\nx = 1", "unknown table(s) bogus"),
         ("[workload]\nn = 1", "one table per plugin"),
     ],
@@ -89,6 +93,13 @@ def test_a_malformed_config_names_the_file_key_and_reason(tmp_path, text, expect
         load_config(tmp_path, environ={})
     assert str(tmp_path / "hiera.toml") in str(error.value)
     assert expected in str(error.value)
+
+
+def test_a_value_of_another_type_is_refused_not_rounded_and_a_number_field_takes_an_integer(tmp_path):
+    with pytest.raises(ConfigError, match=r"^\[run\]: rounds: expected an integer, got 2.7 \(a float\)$"):
+        load_config(tmp_path, environ={}, overrides=["run.rounds=2.7"])
+    config = load_config(tmp_path, environ={"HIERA_FLOOR_MARGIN": "0.5"}, overrides=["run.max_speedup=50"])
+    assert (config.run.floor_margin, config.run.max_speedup) == (0.5, 50.0)
 
 
 def test_a_bad_environment_value_is_named():
