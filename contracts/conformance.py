@@ -15,7 +15,6 @@ import pluggy
 
 from hiera_core import protocols
 from hiera_core.plugins import KINDS, collect
-from hiera_core.records import DIRECTIONS
 
 PROTOCOL_OF = {
     "workloads": protocols.Workload,
@@ -25,6 +24,7 @@ PROTOCOL_OF = {
     "architectures": protocols.Architecture,
     "evaluators": protocols.Evaluator,
     "executors": protocols.Executor,
+    "searches": protocols.Search,
 }
 
 
@@ -41,9 +41,9 @@ def conformance_problems(pm: pluggy.PluginManager) -> list[str]:
                     problems.append(f"{where}: missing `{member}`")
                 elif member in methods and not callable(value := getattr(cls, member)):
                     problems.append(f"{where}: `{member}` must be a method, not {type(value).__name__} {value!r:.60}")
-            if not hasattr(cls, "config_class") and kind not in ("spaces", "directions"):
+            if not hasattr(cls, "config_class") and kind not in ("spaces", "directions", "searches"):
                 problems.append(f"{where}: missing `config_class` (None when it takes no configuration)")
-            if kind == "directions" and name not in DIRECTIONS and len(name) != 1:
+            if kind == "directions" and len(name) != 1:
                 problems.append(f"{where}: a direction's name is one letter")
             if kind == "evaluators" and not isinstance(getattr(cls, "order", None), int):
                 problems.append(f"{where}: `order` must be an int")

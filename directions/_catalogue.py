@@ -1,4 +1,4 @@
-"""Strategy catalogues keyed by implementation space, narrowest space first."""
+"""Strategy catalogues: one list per space rank, narrowest (rank 0) first."""
 
 from __future__ import annotations
 
@@ -7,12 +7,9 @@ from collections.abc import Mapping, Sequence
 from hiera_core import StrategyTemplate
 
 
-def nested(catalogue: Mapping[str, Sequence[StrategyTemplate]], space: str) -> list[StrategyTemplate]:
-    """Return `space`'s own strategies, then those of every narrower space it admits, widest first.
-
-    The catalogue's keys are the spaces in nesting order, narrowest first.
-    """
-    spaces = list(catalogue)
-    if space not in catalogue:
-        raise ValueError(f"unknown implementation space '{space}' (choose from: {', '.join(spaces)})")
-    return [strategy for own in reversed(spaces[: spaces.index(space) + 1]) for strategy in catalogue[own]]
+def nested(catalogue: Mapping[str, Sequence[StrategyTemplate]], rank: int) -> list[StrategyTemplate]:
+    """The strategies of a space of `rank`: those of its own rank, then those of every narrower rank (it admits
+    them), widest first. The catalogue's keys name the built-in spaces in rank order (0, 1, 2); a wider rank
+    than the catalogue knows gets all of it."""
+    ranked = list(catalogue.values())[: max(0, rank) + 1]
+    return [strategy for own in reversed(ranked) for strategy in own]

@@ -7,6 +7,10 @@ from collections.abc import Sequence
 from hiera_core.records import Profile
 
 
+HEADROOM = ("memory_floor_fraction", "compute_floor_fraction")
+"""Floor time / measured time, memory and arithmetic: every score is scaled by what they leave to win."""
+
+
 def _clip(value: float) -> float:
     return min(1.0, max(0.0, value))
 
@@ -22,7 +26,7 @@ def first_signal(profile: Profile, names: Sequence[str]) -> tuple[str, float] | 
 def headroom(profile: Profile) -> float:
     """1 - the larger of the memory and compute floor fractions: what is left to win anywhere."""
     signals = profile.signals
-    return _clip(1.0 - max(signals.get("memory_floor_fraction", 0.0), signals.get("compute_floor_fraction", 0.0)))
+    return _clip(1.0 - max(signals.get(name, 0.0) for name in HEADROOM))
 
 
 def scaled_score(letter: str, evidence: str, raw: float, profile: Profile) -> tuple[float, str]:

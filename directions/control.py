@@ -7,7 +7,7 @@ from typing import ClassVar
 from hiera_core import StrategyTemplate, hookimpl
 from hiera_core.records import Profile
 from hiera_directions._catalogue import nested
-from hiera_directions._signals import deficit_score
+from hiera_directions._signals import HEADROOM, deficit_score
 
 SIGNALS = ("branch_uniformity", "branch_free_fraction")
 """GPU: fraction of branch targets taken uniformly by a warp. Host: share of innermost loops free of conditionals."""
@@ -117,6 +117,9 @@ _CATALOGUE = {
 
 class ControlFlow:
     name: ClassVar[str] = "C"
+    order: ClassVar[int] = 0
+    """The paper's order: C, P, M, R, T."""
+    signals: ClassVar[tuple[str, ...]] = (*SIGNALS, *HEADROOM)
     title: ClassVar[str] = "Control flow and boundary specialisation"
     description: ClassVar[str] = (
         "Remove divergent branches and per-element bounds checks from the hot path: specialise interior and "
@@ -161,8 +164,8 @@ class ControlFlow:
     def __init__(self, config: None) -> None:
         self.config = config
 
-    def strategies(self, space: str) -> list[StrategyTemplate]:
-        return nested(_CATALOGUE, space)
+    def strategies(self, rank: int) -> list[StrategyTemplate]:
+        return nested(_CATALOGUE, rank)
 
     def score(self, profile: Profile | None) -> tuple[float, str]:
         return deficit_score("C", profile, SIGNALS)

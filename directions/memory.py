@@ -7,7 +7,7 @@ from typing import ClassVar
 from hiera_core import StrategyTemplate, hookimpl
 from hiera_core.records import Profile
 from hiera_directions._catalogue import nested
-from hiera_directions._signals import first_signal, scaled_score
+from hiera_directions._signals import HEADROOM, first_signal, scaled_score
 
 SECTOR_EFFICIENCY = "sector_efficiency"
 """GPU: useful bytes / bytes moved in 32-byte sectors."""
@@ -115,6 +115,8 @@ _CATALOGUE = {
 
 class MemoryTransactions:
     name: ClassVar[str] = "M"
+    order: ClassVar[int] = 2
+    signals: ClassVar[tuple[str, ...]] = (SECTOR_EFFICIENCY, *HEADROOM)  # MEMORY_FLOOR is among them
     title: ClassVar[str] = "Memory transaction efficiency"
     description: ClassVar[str] = (
         "Make every byte moved useful: coalesced, aligned and vectorised global accesses, conflict-free shared "
@@ -159,8 +161,8 @@ class MemoryTransactions:
     def __init__(self, config: None) -> None:
         self.config = config
 
-    def strategies(self, space: str) -> list[StrategyTemplate]:
-        return nested(_CATALOGUE, space)
+    def strategies(self, rank: int) -> list[StrategyTemplate]:
+        return nested(_CATALOGUE, rank)
 
     def score(self, profile: Profile | None) -> tuple[float, str]:
         if profile is None:

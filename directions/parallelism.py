@@ -7,7 +7,7 @@ from typing import ClassVar
 from hiera_core import StrategyTemplate, hookimpl
 from hiera_core.records import Profile
 from hiera_directions._catalogue import nested
-from hiera_directions._signals import first_signal, scaled_score
+from hiera_directions._signals import HEADROOM, first_signal, scaled_score
 
 SIGNALS = ("achieved_occupancy", "parallel_utilization")
 """GPU: achieved warps / peak warps per SM. Host: CPU time / (wall time x cores)."""
@@ -119,6 +119,8 @@ _CATALOGUE = {
 
 class Parallelism:
     name: ClassVar[str] = "P"
+    order: ClassVar[int] = 1
+    signals: ClassVar[tuple[str, ...]] = (*SIGNALS, GRID_FILL, *HEADROOM)
     title: ClassVar[str] = "Thread, warp and core parallelism"
     description: ClassVar[str] = (
         "Expose enough independent work to keep every SM or core busy and enough resident warps to hide "
@@ -163,8 +165,8 @@ class Parallelism:
     def __init__(self, config: None) -> None:
         self.config = config
 
-    def strategies(self, space: str) -> list[StrategyTemplate]:
-        return nested(_CATALOGUE, space)
+    def strategies(self, rank: int) -> list[StrategyTemplate]:
+        return nested(_CATALOGUE, rank)
 
     def score(self, profile: Profile | None) -> tuple[float, str]:
         if profile is None:

@@ -7,7 +7,7 @@ from typing import ClassVar
 from hiera_core import StrategyTemplate, hookimpl
 from hiera_core.records import Profile
 from hiera_directions._catalogue import nested
-from hiera_directions._signals import deficit_score
+from hiera_directions._signals import HEADROOM, deficit_score
 
 SIGNALS = ("onchip_reuse", "dram_reuse", "cache_resilience")
 """GPU: ideal bytes / bytes requested from L1 by global loads and stores, and ideal DRAM bytes / measured DRAM
@@ -115,6 +115,8 @@ _CATALOGUE = {
 
 class DataReuse:
     name: ClassVar[str] = "R"
+    order: ClassVar[int] = 3
+    signals: ClassVar[tuple[str, ...]] = (*SIGNALS, *HEADROOM)
     title: ClassVar[str] = "Data reuse and data-movement pipelining"
     description: ClassVar[str] = (
         "Bring each byte from DRAM once and reuse it on chip: tiling in shared memory, registers and cache, "
@@ -160,8 +162,8 @@ class DataReuse:
     def __init__(self, config: None) -> None:
         self.config = config
 
-    def strategies(self, space: str) -> list[StrategyTemplate]:
-        return nested(_CATALOGUE, space)
+    def strategies(self, rank: int) -> list[StrategyTemplate]:
+        return nested(_CATALOGUE, rank)
 
     def score(self, profile: Profile | None) -> tuple[float, str]:
         present = [name for name in GPU_SIGNALS if profile is not None and name in profile.signals]

@@ -7,7 +7,7 @@ from typing import ClassVar
 from hiera_core import StrategyTemplate, hookimpl
 from hiera_core.records import Profile
 from hiera_directions._catalogue import nested
-from hiera_directions._signals import deficit_score
+from hiera_directions._signals import HEADROOM, deficit_score
 
 SIGNALS = ("pipe_utilization", "in_cache_compute_fraction")
 """GPU: the busiest compute pipe (tensor/DMMA included), fraction of peak. Host: GFLOP/s on a cache-resident
@@ -128,6 +128,8 @@ _CATALOGUE = {
 
 class TensorCores:
     name: ClassVar[str] = "T"
+    order: ClassVar[int] = 4
+    signals: ClassVar[tuple[str, ...]] = (*SIGNALS, *HEADROOM)
     title: ClassVar[str] = "Tensor cores and instruction pipeline"
     description: ClassVar[str] = (
         "Raise useful arithmetic per issued instruction: map the math onto tensor cores (FP64 DMMA on Hopper) or "
@@ -170,8 +172,8 @@ class TensorCores:
     def __init__(self, config: None) -> None:
         self.config = config
 
-    def strategies(self, space: str) -> list[StrategyTemplate]:
-        return nested(_CATALOGUE, space)
+    def strategies(self, rank: int) -> list[StrategyTemplate]:
+        return nested(_CATALOGUE, rank)
 
     def score(self, profile: Profile | None) -> tuple[float, str]:
         return deficit_score("T", profile, SIGNALS)

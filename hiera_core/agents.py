@@ -13,12 +13,9 @@ an identical request is answered from it without calling the backend (a resumed 
 and `hiera run --replay` answers a whole run from another run's cache. Every call is recorded in the
 trajectory as an `AgentCalled` event: tokens, money, wall time, and why an answer was unusable.
 
-How a round searches is a strategy (`[run] strategy`): `hiera` (SSDA and SPA plan, OA implements; OA
-alone with one generic prompt when planning is off) or one of two baselines of the paper's comparison:
-`caesar` (KernelBench-Caesar-like generate-and-fix: K independent lineages, each shown only its own last
-source and what running it gave) and `cudaforge` (CudaForge-like refinement: a judge reads the best
-candidate's whole profile, names one bottleneck and a fix, and OA writes the candidates in the most
-controlled space).
+How a round searches is a search strategy (`[run] strategy`), a plugin like any other
+(`hiera_register_searches`; the built-ins, HIERA's loop and the paper's two baselines, are in
+`hiera_plugins.searches`): it asks these agents for the round's sources its own way.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import structlog
@@ -86,6 +83,8 @@ class PlanningContext:
     round: int
     task: Task
     arch: str
+    kind: str
+    """The architecture's kind (`Architecture.kind`): what the workload's side and templates are written for."""
     contract: Contract
     """The frozen contract: the file a candidate writes, its interface, the frozen files."""
     toolchain: dict[str, Any]
@@ -293,7 +292,7 @@ def _labelled(name: str, value: float) -> tuple[str, str]:
 
 def profile_summary(evaluation: Evaluation | None, directions: dict[str, Any]) -> str:
     """A measurement as a prompt reads it: latency and reference, metrics grouped by the unit their
-    name carries, signals grouped by the directions whose rubric reads them, then the top findings."""
+    name carries, signals grouped by the directions that read them (`Direction.signals`), then the top findings."""
     if evaluation is None:
         return "not measured yet"
     if not isinstance(evaluation, Measured):
@@ -319,10 +318,10 @@ def profile_summary(evaluation: Evaluation | None, directions: dict[str, Any]) -
     if profile.signals:
         by_reader: dict[str, list[str]] = {}
         for name, value in sorted(profile.signals.items()):
-            readers = [letter for letter, d in directions.items() if name in d.rubric]
+            readers = [letter for letter, d in directions.items() if name in getattr(d, "signals", ())]
             reader = "unclaimed" if not readers else ("shared (headroom)" if len(readers) > 2 else " and ".join(readers))
             by_reader.setdefault(reader, []).append(f"{name} = {value:.2f}")
-        lines.append("signals (normalised, 1 = healthy), by the direction whose rubric reads them:")
+        lines.append("signals (normalised, 1 = healthy), by the direction that reads them:")
         lines += [f"- {reader}: {'; '.join(by_reader.pop(reader))}" for reader in [*directions, *sorted(by_reader)] if reader in by_reader]
     if profile.findings:
         lines.append("top findings:")
@@ -506,7 +505,7 @@ class Agents:
         self.session = session
         self.backend = session.backend
         self.cache = AnswerCache(run_dir / ANSWER_CACHE)
-        self.search = SEARCHES[session.config.run.strategy]()
+        self.search = session.registries["searches"].get(session.config.run.strategy)()
         self._record = record
         self._record_lock = threading.Lock()
         self.parallel_requests = max(1, int(getattr(self.backend, "parallel_requests", 1)))
@@ -561,7 +560,7 @@ class Agents:
         direction = self.session.directions[decision.direction]
         catalogue = "\n".join(
             f"- {s.name}: " + " ".join(s.steps) + (f" Constraints: {' '.join(s.constraints)}" if s.constraints else "")
-            for s in direction.strategies(decision.space)
+            for s in direction.strategies(self.session.space(decision.space).rank)
         )
         scores = " ".join(f"{d}={s:.2f}" for d, s in decision.scores.items())
         example = {"name": "kebab-case-name", "steps": ["first concrete change", "second"], "constraints": ["what must stay true"]}
@@ -790,94 +789,3 @@ class Agents:
             if isinstance(result, Exception) and not isinstance(result, AgentError):
                 raise result
         return results
-
-
-# --- search strategies ------------------------------------------------------------------------
-
-
-class HieraSearch:
-    """The paper's loop: SSDA and SPA plan the round, OA implements the strategy from the best candidate.
-    Without planning (the paper's ablation), OA alone, with one generic prompt, in the widest space."""
-
-    name: ClassVar[str] = "hiera"
-    plans: ClassVar[bool] = True
-
-    def generate(self, agents: Agents, ctx: PlanningContext, plan: Plan | None, k: int) -> Generation:
-        feedback = profile_summary(ctx.parent_evaluation, agents.session.directions)
-        if plan is None:
-            space = ctx.allowed_spaces[-1]
-            instruction = "Make the starting point faster, any way you see fit within the contract and the space."
-            briefs = [Brief(subject=ctx.parent, feedback=feedback, instruction=instruction, count=n) for n in agents.split(k)]
-            sources, notes = agents.generate_candidates(ctx, briefs, space=space)
-            return Generation(sources=sources, space=space, direction=None, strategy="unconstrained", notes=notes)
-        strategy = plan.strategy
-        instruction = (
-            f"Apply strategy `{strategy.name}` (direction {strategy.direction}):\n"
-            + "\n".join(f"{i}. {step}" for i, step in enumerate(strategy.steps, 1))
-            + ("\nConstraints:\n" + "\n".join(f"- {c}" for c in strategy.constraints) if strategy.constraints else "")
-        )
-        briefs = [Brief(subject=ctx.parent, feedback=feedback, instruction=instruction, count=n) for n in agents.split(k)]
-        sources, notes = agents.generate_candidates(ctx, briefs, space=strategy.space, strategy=strategy)
-        return Generation(sources=sources, space=strategy.space, direction=strategy.direction, strategy=strategy.name, notes=notes)
-
-
-class CaesarSearch:
-    """KernelBench-Caesar-like generate-and-fix: K lineages, each continued from its own last candidate
-    (lineage i from the i-th candidate of the last round; the best so far where that is missing) and
-    shown only what running it gave: compiler log, wrong output, crash, or latency. No profile, no
-    planning, the widest space."""
-
-    name: ClassVar[str] = "caesar"
-    plans: ClassVar[bool] = False
-
-    def generate(self, agents: Agents, ctx: PlanningContext, plan: Plan | None, k: int) -> Generation:
-        evaluated = dict((c.id, e) for c, e in ctx.history)
-        last = [c for c, _ in ctx.history if c.round == ctx.round - 1]
-        fallback = ctx.parent or (last[0] if last else None)
-        tips = [last[i] if i < len(last) else fallback for i in range(k)]
-        instruction = "If it failed, fix it; if it is correct, make it faster. Keep it exactly as correct."
-        briefs = [
-            Brief(
-                subject=tip,
-                feedback=execution_feedback(evaluated[tip.id]) if tip else "not run yet",
-                instruction=instruction,
-                count=1,
-                show_failures=False,
-            )
-            for tip in tips
-        ]
-        space = ctx.allowed_spaces[-1]
-        sources, notes = agents.generate_candidates(ctx, briefs, space=space)
-        return Generation(sources=sources, space=space, direction=None, strategy="generate-and-fix", notes=notes)
-
-
-class CudaForgeSearch:
-    """CudaForge-like refinement: a judge reads the best candidate's whole profile and the last round's
-    failures and names one bottleneck and one method; OA writes the K candidates from the best, in the
-    most controlled allowed space (pure CUDA unless the run fixes another)."""
-
-    name: ClassVar[str] = "cudaforge"
-    plans: ClassVar[bool] = False
-
-    def generate(self, agents: Agents, ctx: PlanningContext, plan: Plan | None, k: int) -> Generation:
-        space = ctx.allowed_spaces[0]
-        try:
-            verdict = agents.judge(ctx, space)
-        except AgentError as exc:
-            return Generation(sources=[], space=space, direction=None, strategy="judge", notes=[str(exc)])
-        instruction = (
-            f"Remove this bottleneck: {verdict['bottleneck']}\nMethod `{verdict['method']}`:\n"
-            + "\n".join(f"{i}. {step}" for i, step in enumerate(verdict["steps"], 1))
-            + "".join(f"\n- {c}" for c in verdict.get("constraints", []))
-        )
-        feedback = profile_summary(ctx.parent_evaluation, agents.session.directions)
-        briefs = [Brief(subject=ctx.parent, feedback=feedback, instruction=instruction, count=n) for n in agents.split(k)]
-        sources, notes = agents.generate_candidates(ctx, briefs, space=space)
-        note = f"judge: {verdict['bottleneck'][:200]} -> {verdict['method']}"
-        return Generation(sources=sources, space=space, direction=None, strategy=str(verdict["method"]), notes=[note, *notes])
-
-
-SEARCHES: dict[str, type] = {
-    cls.name: cls for cls in (HieraSearch, CaesarSearch, CudaForgeSearch)
-}
-"""Search strategies by `[run] strategy` name."""

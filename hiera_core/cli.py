@@ -16,8 +16,6 @@ from rich.console import Console
 from hiera_core import __version__, hookimpl
 from hiera_core.config import (
     PLUGIN_TABLES,
-    SPACE_MODES,
-    STRATEGIES,
     ConfigError,
     HieraConfig,
     config_from_table,
@@ -35,7 +33,6 @@ from hiera_core.session import Session
 from hiera_core.store import MANIFEST, RunDirError, RunStore, new_run_id
 from hiera_core.suite import find_runs, write_suite_report
 
-COMMANDS = ("run", "resume", "report", "plugins", "config", "eval", "exchange", "contracts")
 log = structlog.get_logger(__name__)
 
 
@@ -43,7 +40,8 @@ class UsageError(Exception):
     """Bad input on the command line: one line to the user, exit code 2."""
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(pm) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The command line: hiera's own commands, then those the installed plugins add; and the command names."""
     parser = argparse.ArgumentParser(prog="hiera", description="Workload-aware planning for kernel optimization.")
     parser.add_argument("--version", action="version", version=f"hiera {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -51,18 +49,18 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="optimize one task (the default command)")
     run.add_argument("--workload", help="workload name (see `hiera plugins`)")
     run.add_argument("--task", help="task name within the workload (default: its first task)")
-    run.add_argument("--arch", help="host, cuda, ... or auto (default)")
+    run.add_argument("--arch", help="an architecture (see `hiera plugins`), or auto (default): the preferred one that can run here")
     run.add_argument("--rounds", type=int, help="R: planning rounds after the initial candidate")
     run.add_argument("--population", type=int, help="K: candidates per round")
     run.add_argument("--parents", type=int, help="best valid candidates kept as parents")
-    run.add_argument("--space", help=f"{' | '.join(SPACE_MODES)}")
+    run.add_argument("--space", help="adaptive (default: re-decided every round), or one space for the whole run (see `hiera plugins`)")
     run.add_argument("--no-planning", dest="planning", action="store_const", const=False, help="the paper's ablation")
     run.add_argument("--no-contract", dest="contract", action="store_const", const=False,
                      help="the paper's ablation: the model writes the binding too")
-    run.add_argument("--backend", help="LLM backend (default: expert, no model)")
+    run.add_argument("--backend", help="LLM backend (see `hiera plugins`; default: the model-free one a plugin gives)")
     run.add_argument("--model", help="the backend's model (sets backend.BACKEND.model)")
     run.add_argument("--base-url", help="the backend's endpoint (sets backend.BACKEND.base_url)")
-    run.add_argument("--strategy", choices=STRATEGIES, help="hiera (default), or a baseline: caesar | cudaforge")
+    run.add_argument("--strategy", help="search strategy (see `hiera plugins`; default: HIERA's own loop)")
     run.add_argument("--replay", type=Path, metavar="RUN_DIR",
                      help="answer every agent request from RUN_DIR's recorded answers: that run again, offline")
     run.add_argument("--run-dir", help="run directory (default: runs/<id>)")
@@ -70,22 +68,22 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--all-tasks", action="store_true",
                      help="run every task the workload offers, each into RUN_DIR/<task>; run again to skip the "
                           "finished ones and resume the rest; ends with RUN_DIR/suite.md")
-    _common_options(run)
+    common_options(run)
 
     resume = commands.add_parser("resume", help="continue a killed run; nothing recorded is redone")
     resume.add_argument("run_dir", type=Path)
-    _common_options(resume, config=False)
+    common_options(resume, config=False)
 
     evaluate = commands.add_parser("eval", help="evaluate one hand-written candidate and print its record")
     evaluate.add_argument("file", type=Path, help="the candidate source (e.g. cuda_source.cu)")
     evaluate.add_argument("--workload", help="workload name")
     evaluate.add_argument("--task", help="task name within the workload")
-    evaluate.add_argument("--arch", help="host, cuda, ... or auto (default)")
+    evaluate.add_argument("--arch", help="an architecture (see `hiera plugins`), or auto (default)")
     evaluate.add_argument("--space", help="the space the candidate is checked against (default: the widest)")
     evaluate.add_argument("--out", type=Path, help="where its build and logs go (default: a temporary folder)")
     evaluate.add_argument("--compile-only", action="store_true",
                           help="only the checks and the build, no device needed (e.g. --arch cuda without a GPU)")
-    _common_options(evaluate)
+    common_options(evaluate)
 
     report = commands.add_parser(
         "report", help="write and print a run's report; for several runs (or folders of them) the suite report")
@@ -93,33 +91,29 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--out", type=Path, help="where a suite report goes (default: the one folder given, else ./suite)")
 
     plugins = commands.add_parser("plugins", help="list installed plugins and what they provide")
-    _common_options(plugins, config=False)
+    common_options(plugins, config=False)
 
     config = commands.add_parser("config", help="configuration")
     config.add_argument("action", choices=["show"])
-    _common_options(config)
+    common_options(config)
 
     contracts = commands.add_parser("contracts", help="write every task's contract files (and seed) to DIR/<task>/")
     contracts.add_argument("--workload", required=True, help="workload name")
-    contracts.add_argument("--arch", default="cuda", help="the architecture whose contracts are written (default: cuda)")
-    contracts.add_argument("--level", type=int, help="sets workload.WORKLOAD.level (KernelBench: 1, 2 or 3)")
-    contracts.add_argument("--tasks", help="sets workload.WORKLOAD.tasks (ids, ranges, names: 1-10,17)")
+    contracts.add_argument("--arch", required=True, help="the architecture whose contracts are written")
     contracts.add_argument("--out", type=Path, required=True, metavar="DIR")
-    _common_options(contracts)
+    common_options(contracts)
 
-    exchange = commands.add_parser("exchange", help="requests of the exchange backend, for a person or an external agent")
-    actions = exchange.add_subparsers(dest="action", metavar="ACTION", required=True)
-    pending = actions.add_parser("pending", help="list the requests waiting for an answer")
-    answer = actions.add_parser("answer", help="answer a waiting request with the text of FILE ('-': standard input)")
-    answer.add_argument("request_id", metavar="ID")
-    answer.add_argument("file", metavar="FILE")
-    for action in (pending, answer):
-        action.add_argument("--dir", type=Path, help="the exchange folder (default: [backend.exchange] dir)")
-        _common_options(action)
-    return parser
+    handlers = {"run": _run, "resume": _resume, "report": _report, "plugins": _plugins, "config": _config_show,
+                "eval": _eval, "contracts": _contracts}
+    for name, handler in handlers.items():
+        commands.choices[name].set_defaults(handler=handler)
+    pm.hook.hiera_register_commands(commands=commands)
+    return parser, list(commands.choices)
 
 
-def _common_options(parser: argparse.ArgumentParser, *, config: bool = True) -> None:
+def common_options(parser: argparse.ArgumentParser, *, config: bool = True) -> None:
+    """The options every command takes (`--config`, `--set` unless `config=False`; `--plugin`, `--log-level`):
+    for a plugin's own command too."""
     if config:
         parser.add_argument("--config", type=Path, help="config file (default: ./hiera.toml or [tool.hiera] in ./pyproject.toml)")
         parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -131,22 +125,17 @@ def _common_options(parser: argparse.ArgumentParser, *, config: bool = True) -> 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
+    try:
+        parser, names = _parser(make_plugin_manager())
+    except PluginError as exc:
+        print(f"hiera: error: {exc}", file=sys.stderr)
+        return 2
+    if not argv or (argv[0] not in names and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "run")
-    parser = _parser()
     args = parser.parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
     try:
-        return {
-            "run": _run,
-            "resume": _resume,
-            "report": _report,
-            "plugins": _plugins,
-            "config": _config_show,
-            "eval": _eval,
-            "exchange": _exchange,
-            "contracts": _contracts,
-        }[args.command](args, console)
+        return args.handler(args, console)
     except (UsageError, ConfigError, UnknownName, PluginError, RunDirError, BackendError) as exc:
         print(f"hiera: error: {exc}", file=sys.stderr)
         return 2
@@ -175,6 +164,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         config = load_config(Path.cwd(), cli=_cli_run_keys(args), overrides=args.overrides, config_file=args.config)
         if args.model or args.base_url:
             backend = config.run.backend
+            if not backend:
+                raise UsageError("--model and --base-url set a backend's options: name the backend (--backend NAME)")
             options = {"model": args.model, "base_url": args.base_url}
             sets = [f"backend.{backend}.{key}={json.dumps(value)}" for key, value in options.items() if value]
             config = load_config(Path.cwd(), cli=_cli_run_keys(args), overrides=[*args.overrides, *sets], config_file=args.config)
@@ -249,7 +240,7 @@ def _optimize(session: Session, store: RunStore, console: Console, log_level: st
     run = session.config.run
     console.print(
         f"hiera {session.workload.name}/{session.task.name} on {session.arch_name}: {run.rounds} rounds × {run.population}"
-        f" candidates, space {run.space}{'' if run.strategy == 'hiera' else ', strategy ' + run.strategy},"
+        f" candidates, space {run.space}, strategy {run.strategy},"
         f" backend {run.backend} → {store.path}"
     )
     progress = Progress(console, budget=run.rounds * run.population)
@@ -347,12 +338,7 @@ def _contracts(args: argparse.Namespace, console: Console) -> int:
     """Write each task's contract files (and its seed, when the workload has one) to DIR/<task>/. A workload may
     offer `failures() -> {label: reason}` for tasks it could not load; those and every task whose contract fails
     get one line each, and the exit code is 1."""
-    overrides = list(args.overrides)
-    if args.level is not None:
-        overrides.append(f"workload.{args.workload}.level={args.level}")
-    if args.tasks is not None:
-        overrides.append(f"workload.{args.workload}.tasks={json.dumps(args.tasks)}")
-    config = load_config(Path.cwd(), cli={"workload": args.workload}, overrides=overrides, config_file=args.config)
+    config = load_config(Path.cwd(), cli={"workload": args.workload}, overrides=args.overrides, config_file=args.config)
     workload_cls = collect(make_plugin_manager(extra_plugins=args.plugins), "workloads").get(args.workload)
     table = config.plugin_tables["workload"].get(args.workload, {})
     config_class = getattr(workload_cls, "config_class", None)
@@ -431,39 +417,6 @@ def _toml(table: dict[str, Any]) -> str:
         if key in table:
             emit(key, table[key])
     return "\n".join(lines)
-
-
-def _exchange(args: argparse.Namespace, console: Console) -> int:
-    """`hiera exchange pending|answer`: the folder of the `exchange` backend (its `open_folder(config)`)."""
-    config = load_config(Path.cwd(), overrides=args.overrides, config_file=args.config)
-    backend = collect(make_plugin_manager(extra_plugins=args.plugins), "backends").get("exchange")
-    backend_config = structure(config.plugin_tables["backend"].get("exchange", {}), backend.config_class, where="[backend.exchange]")
-    if args.dir is not None:
-        backend_config = attrs.evolve(backend_config, dir=str(args.dir))
-    folder = backend.open_folder(backend_config)
-    if args.action == "pending":
-        waiting = folder.pending()
-        for request in waiting:
-            which = f" request {request.sample + 1}" if request.role == "oa" else ""
-            console.print(
-                f"{request.id}  {request.role}{which} round {request.round} attempt {request.attempt}  {request.prompt_path}",
-                markup=False,
-            )
-        if not waiting:
-            console.print(f"no request is waiting in {folder.path}", markup=False)
-        return 0
-    if args.file == "-":
-        text = sys.stdin.read()
-    elif Path(args.file).is_file():
-        text = Path(args.file).read_text()
-    else:
-        raise UsageError(f"no such file: {args.file}")
-    try:
-        path = folder.answer(args.request_id, text)
-    except LookupError as exc:
-        raise UsageError(str(exc)) from None
-    console.print(f"answered {args.request_id}: {path}", markup=False)
-    return 0
 
 
 if __name__ == "__main__":

@@ -55,6 +55,34 @@ def _versions(session: Session) -> dict[str, str]:
     return versions
 
 
+def tables_in_use(table: Mapping[str, Any], store: RunStore, pm: pluggy.PluginManager) -> dict[str, Any]:
+    """A recorded run's configuration `table` (its manifest's, for resuming or replaying it) for the plugins installed
+    now. What the run uses must still be there: the plugins its `[run]` names and the evaluators that evaluated its
+    candidates (a missing one is a PluginError naming it). The table of any other plugin that is gone is dropped."""
+    run = table.get("run", {})
+    used = {key: {run[key]} for key in ("workload", "arch", "backend", "executor") if run.get(key)}
+    used["evaluator"] = {stage for event in store.events for stage in _stages(event)} - {SPACE_CHECK}
+    kept = {key: value for key, value in table.items() if key not in TABLE_KIND}
+    for key, kind in TABLE_KIND.items():
+        installed = collect(pm, kind).classes
+        for name in sorted(used.get(key, set()) - set(installed)):
+            raise PluginError(f"{store.path}: the run used {key} '{name}', which no installed plugin provides now"
+                              f" (installed: {', '.join(sorted(installed)) or 'none'})")
+        kept[key] = {name: values for name, values in table.get(key, {}).items() if name in installed}
+    return kept
+
+
+def _stages(event: records.Event) -> list[str]:
+    """The evaluator stages an event says ran (or hold the device)."""
+    if isinstance(event, records.CandidateEvaluated):
+        return list(event.stage_s)
+    if isinstance(event, records.RunFinished):
+        return list(event.remeasure_stage_s)
+    if isinstance(event, records.RunStarted):
+        return list(event.device_stages)
+    return []
+
+
 class Engine:
     """Runs (or resumes) one optimization of one task, writing everything to a RunStore."""
 
@@ -62,7 +90,7 @@ class Engine:
         self.session = session
         self.store = store
         self.run = session.config.run
-        self.contract = session.workload.contract(session.task, session.arch_name)
+        self.contract = session.workload.contract(session.task, session.arch_kind)
         if not self.run.contract:
             self.contract = self.contract.without_binding()
         self.toolchain = session.arch.toolchain()
@@ -150,6 +178,7 @@ class Engine:
             round=round_,
             task=self.session.task,
             arch=self.session.arch_name,
+            kind=self.session.arch_kind,
             contract=self.contract,
             toolchain=self.toolchain,
             parent=parent,
@@ -189,14 +218,14 @@ class Engine:
 
     def _seed_batch(self) -> records.CandidatesGenerated:
         try:
-            source, params, origin = self.session.workload.seed(self.session.task, self.session.arch_name)
+            source, params, origin = self.session.workload.seed(self.session.task, self.session.arch_kind)
         except NoSeed as exc:
             return records.CandidatesGenerated(round=0, candidates=[], notes=[f"no initial candidate: {exc}"])
         # The most controlled allowed space that admits the seed (an ATen translation is not pure CUDA);
         # if none does, the widest, whose check then says why the seed is not admitted.
         allowed = self.session.allowed_spaces()
-        arch = self.session.arch_name
-        space = next((s for s in allowed if self.session.space(s).check_source(source, arch) is None), allowed[-1])
+        arch = self.session.arch
+        space = next((s for s in allowed if arch.check_source(source, self.session.space(s).rank) is None), allowed[-1])
         seed = self._candidate(
             agents.GeneratedSource(source=source, params=dict(params), origin=origin), round_=0, space=space
         )
@@ -299,7 +328,7 @@ class Engine:
             return
         done = {e.name for e in self.store.events if isinstance(e, records.BaselineEvaluated)}
         names, jobs = {}, []
-        for baseline in offered(self.session.task, self.session.arch_name):
+        for baseline in offered(self.session.task, self.session.arch_kind):
             if baseline.name in done:
                 continue
             candidate = Candidate(
@@ -345,7 +374,7 @@ def evaluate_candidate(
     before the first stage that holds the device and returns that stage's input (`StagePassed`)."""
     stage_s = {} if stage_s is None else stage_s
     started = time.perf_counter()
-    reason = session.space(job.candidate.space).check_source(job.candidate.source, job.arch)
+    reason = session.arch.check_source(job.candidate.source, session.space(job.candidate.space).rank)
     stage_s["space-check"] = round(time.perf_counter() - started, 4)
     if reason:
         return records.StaticRejected(reason=f"{job.candidate.space}: {reason}")
@@ -389,7 +418,7 @@ def implausible(measured: Measured, roofline: records.Roofline | None, run) -> r
 
 def roofline_for(session: Session) -> records.Roofline:
     """The task's floors on this machine: the workload's work over the architecture's measured peaks."""
-    bytes_moved, flops = session.workload.work(session.task, session.arch_name)
+    bytes_moved, flops = session.workload.work(session.task, session.arch_kind)
     peak_gbps, peak_gflops = session.arch.peaks(session.task.params.get("dtype", "float64"))
     return records.Roofline(bytes_moved=bytes_moved, flops=flops, peak_gbps=peak_gbps, peak_gflops=peak_gflops)
 
@@ -425,7 +454,7 @@ def evaluate_source(
 ) -> tuple[Candidate, Evaluation | StagePassed]:
     """`hiera eval`: one hand-written candidate through the same pipeline as a run's candidates; with
     `device=False` only the stages before the device (static checks and the build)."""
-    contract = session.workload.contract(session.task, session.arch_name)
+    contract = session.workload.contract(session.task, session.arch_kind)
     toolchain = session.arch.toolchain()
     candidate = Candidate(id=candidate_id(source, contract, toolchain), source=source, space=space, round=0, origin="hand-written")
     job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=roofline_for(session) if device else None,

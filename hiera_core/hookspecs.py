@@ -9,6 +9,7 @@ cheap and robust. A plugin implements them with `from hiera_core import hookimpl
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
         Executor,
         ImplementationSpace,
         LLMBackend,
+        Search,
         Workload,
     )
     from hiera_core.records import Candidate, Evaluation, Plan, RunManifest
@@ -73,6 +75,26 @@ def hiera_register_evaluators() -> list[type[Evaluator]]:
 @hookspec
 def hiera_register_executors() -> list[type[Executor]]:
     """Return executor classes (selected with the `executor` key of `[run]`)."""
+
+
+@hookspec
+def hiera_register_searches() -> list[type[Search]]:
+    """Return search strategy classes (how a round's candidates are written; selected with `--strategy NAME`)."""
+
+
+@hookspec
+def hiera_run_defaults() -> dict[str, str]:
+    """Return `[run]` keys this plugin is the default for, e.g. `{"workload": "stencil2d"}`: what a run uses
+    when neither the config nor the command line names one (`workload`, `backend`, `executor`, `strategy`).
+    Two plugins giving the same key are an error naming both."""
+
+
+@hookspec
+def hiera_register_commands(commands: argparse._SubParsersAction) -> None:
+    """Add the plugin's own `hiera` commands: `parser = commands.add_parser(NAME, help=...)`, its options
+    (`hiera_core.cli.common_options(parser)` gives `--config`, `--set`, `--plugin`, `--log-level`), and
+    `parser.set_defaults(handler=function)`, called as `function(args, console) -> exit code`. A handler
+    that raises `hiera_core.cli.UsageError` or `ConfigError` prints one line and exits 2."""
 
 
 @hookspec

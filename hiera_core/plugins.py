@@ -16,7 +16,7 @@ from hiera_core import hookspecs
 ENTRY_POINT_GROUP = "hiera"
 """The entry-point group every plugin, built-in or third-party, registers in."""
 
-KINDS = ("workloads", "spaces", "directions", "backends", "architectures", "evaluators", "executors")
+KINDS = ("workloads", "spaces", "directions", "backends", "architectures", "evaluators", "executors", "searches")
 """What a plugin can register, by the suffix of its `hiera_register_<kind>` hook."""
 
 
@@ -121,6 +121,18 @@ def collect(pm: pluggy.PluginManager, kind: str) -> Registry:
                 )
             classes[name] = cls
     return Registry(kind=kind, classes=classes)
+
+
+def run_defaults(pm: pluggy.PluginManager) -> dict[str, str]:
+    """The `[run]` defaults the plugins give (`hiera_run_defaults`); a key given by two plugins is an error."""
+    defaults: dict[str, tuple[str, str]] = {}
+    for impl in pm.hook.hiera_run_defaults.get_hookimpls():
+        for key, value in (impl.function() or {}).items():
+            if key in defaults and defaults[key][1] != value:
+                raise PluginError(f"plugins '{defaults[key][0]}' and '{impl.plugin_name}' both give the default"
+                                  f" {key} ('{defaults[key][1]}', '{value}'): block one (HIERA_DISABLE_PLUGINS)")
+            defaults[key] = (impl.plugin_name, value)
+    return {key: value for key, (_, value) in defaults.items()}
 
 
 @attrs.frozen(kw_only=True)

@@ -57,7 +57,11 @@ class Template(Protocol):
 
 @runtime_checkable
 class Workload(Protocol):
-    """A family of tasks: reference, inputs, tolerance, contracts, floors and expert templates."""
+    """A family of tasks: reference, inputs, tolerance, contracts, floors and expert templates.
+
+    Every method taking `arch` receives the architecture's kind (`Architecture.kind`, its name unless it
+    says otherwise): a workload offers one side per kind of candidate, and any architecture of that kind
+    is served by it."""
 
     name: ClassVar[str]
     config_class: ClassVar[type | None]
@@ -104,11 +108,9 @@ class ImplementationSpace(Protocol):
     rank: ClassVar[int]
     """0 for the most controlled space (pure_cuda), increasing as the space widens."""
     description: ClassVar[str]
-    """What the space admits, in words a prompt can quote."""
+    """What the space admits, in words a prompt can quote. Each architecture enforces it by `rank`
+    (`Architecture.check_source`, and in its own evaluators)."""
 
-    def check_source(self, source: str, arch: str) -> str | None:
-        """Return why `source` breaks this space's rules on `arch`, or None. Called before compiling."""
-        ...
 
 
 @attrs.frozen(kw_only=True)
@@ -122,7 +124,11 @@ class StrategyTemplate:
 
 @runtime_checkable
 class Direction(Protocol):
-    """One optimization direction (C, P, M, R, T or a third party's): knowledge and a scoring rule."""
+    """One optimization direction (C, P, M, R, T or a third party's): knowledge and a scoring rule.
+
+    Optional: `order: int` (default 100): where the direction stands in prompts and among equal scores
+    (lower first; then by letter); `signals: tuple[str, ...]`: the profile signals its score reads (names of
+    `Profile.signals`, each normalised to [0, 1] with 1 healthy); prompts group the signals by reader."""
 
     name: ClassVar[str]
     """The direction's letter, as the paper writes it."""
@@ -133,8 +139,9 @@ class Direction(Protocol):
     rubric: ClassVar[str]
     """How to score this direction from a profile, quoted in the space-decision prompt."""
 
-    def strategies(self, space: str) -> list[StrategyTemplate]:
-        """Return the catalogue of strategies admissible in `space`, most promising first."""
+    def strategies(self, rank: int) -> list[StrategyTemplate]:
+        """Return the catalogue of strategies admissible in a space of `rank` (a space admits everything of a
+        lower rank; any rank is valid, a third party's space too), most promising first."""
         ...
 
     def score(self, profile: Profile | None) -> tuple[float, str]:
@@ -195,6 +202,9 @@ class LLMBackend(Protocol):
       from that many threads and must be thread-safe);
     - `candidates_per_request: int | None`: how many sources one OA request asks for (a model: 1, so
       the K requests go in parallel); None asks for all K in one request.
+
+    A rule-based backend sets `searches: tuple[str, ...]`, the search strategies whose requests it can
+    answer; without it, any (a model answers whatever it is asked).
     """
 
     name: ClassVar[str]
@@ -209,13 +219,23 @@ class LLMBackend(Protocol):
 
 @runtime_checkable
 class Architecture(Protocol):
-    """A hardware target: toolchain, timer, profiler and the machine's peak numbers."""
+    """A hardware target: toolchain, timer, profiler and the machine's peak numbers.
+
+    Optional: `preference: int` (default 0): `--arch auto` takes, of the architectures that can run here, the
+    one with the highest preference; `kind: str` (default: its name): the kind of candidate it runs, which
+    names the workload side (`Workload.contract(task, kind)`, ...) and the evaluators (`Evaluator.arch`) that
+    serve it, so a new architecture of an existing kind (another CPU, another compiler) needs neither."""
 
     name: ClassVar[str]
     config_class: ClassVar[type | None]
 
     def unavailable_reason(self) -> str | None:
         """Return why this machine cannot run candidates for this architecture, or None."""
+        ...
+
+    def check_source(self, source: str, rank: int) -> str | None:
+        """Return why `source` breaks the rules of a space of `rank` on this architecture (what a space of that
+        rank does not admit here: `hiera_core.source_rules`), or None. Called before compiling."""
         ...
 
     def hardware(self) -> dict[str, Any]:
@@ -313,3 +333,18 @@ class Executor(Protocol):
         """Evaluate every job with `evaluate`, yielding each (job, evaluation) as it finishes."""
         ...
 
+
+@runtime_checkable
+class Search(Protocol):
+    """How a round's candidates are written (`--strategy NAME`): HIERA's planned loop, or a baseline. A
+    rule-based backend says which searches it can answer (`LLMBackend.searches`)."""
+
+    name: ClassVar[str]
+    plans: ClassVar[bool]
+    """Whether rounds are planned (SSDA and SPA, recorded as `PlanMade`) before generation; `--no-planning`
+    is an ablation of a search that plans."""
+
+    def generate(self, agents: Any, ctx: Any, plan: Any, k: int) -> Any:
+        """The round's K sources (`agents.Generation`), asked of `agents` (`agents.Agents`) for the round
+        `ctx` (`agents.PlanningContext`) under `plan` (None when the search does not plan)."""
+        ...

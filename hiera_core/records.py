@@ -14,13 +14,6 @@ import attrs
 SCHEMA_VERSION = 2
 """Bumped whenever a record on disk changes shape; every file hiera writes carries it."""
 
-DIRECTIONS = ("C", "P", "M", "R", "T")
-"""The paper's five optimization directions, in its order."""
-
-SPACES = ("pure_cuda", "cuda_libraries", "libraries_pytorch")
-"""The paper's nested implementation spaces, from most to least control."""
-
-
 def content_id(*parts: str) -> str:
     """A short, stable hash of text parts; used for candidate and contract ids."""
     digest = hashlib.sha256()
@@ -214,8 +207,8 @@ class SpaceDecision:
 
     @property
     def direction(self) -> str:
-        """The argmax direction; ties go to the paper's order C, P, M, R, T."""
-        return max(self.scores, key=lambda d: (self.scores[d], -DIRECTIONS.index(d) if d in DIRECTIONS else 0))
+        """The argmax direction; ties go to the first in the session's order (the built-ins: C, P, M, R, T)."""
+        return max(self.scores, key=lambda d: self.scores[d])  # among equal scores, the first (the session's order)
 
     @property
     def exhausted(self) -> bool:

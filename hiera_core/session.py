@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -10,8 +9,8 @@ import pluggy
 import structlog
 
 from hiera_core import sandbox
-from hiera_core.config import ConfigError, HieraConfig, structure, unstructure
-from hiera_core.plugins import KINDS, Registry, UnknownName, collect
+from hiera_core.config import ConfigError, HieraConfig, RunConfig, structure, unstructure
+from hiera_core.plugins import KINDS, Registry, UnknownName, collect, run_defaults
 from hiera_core.protocols import (
     Architecture,
     Direction,
@@ -64,6 +63,7 @@ class Session:
         device is missing is accepted; its build stages say what else is missing."""
         registries = {kind: collect(pm, kind) for kind in KINDS}
         plugin_configs = _structure_plugin_tables(config, registries)
+        config = attrs.evolve(config, run=_with_defaults(config.run, run_defaults(pm), registries))
         run = config.run
         notices: list[str] = []
 
@@ -93,12 +93,13 @@ class Session:
             task = by_name.get(run.task) or by_id[0]
         else:
             task = tasks[0]
+        kind = getattr(arch, "kind", arch_name)
         evaluators = sorted(
-            (build("evaluator", name) for name, c in registries["evaluators"].classes.items() if c.arch == arch_name),
+            (build("evaluator", name) for name, c in registries["evaluators"].classes.items() if c.arch == kind),
             key=lambda e: e.order,
         )
         if not evaluators:
-            raise ConfigError(f"no evaluator serves architecture '{arch_name}'")
+            raise ConfigError(f"no evaluator serves architecture '{arch_name}' (candidates of kind '{kind}')")
         spaces = sorted((build("space", n) for n in registries["spaces"].names()), key=lambda s: s.rank)
         session = cls(
             pm=pm,
@@ -111,18 +112,25 @@ class Session:
             backend=None,  # type: ignore[arg-type]  # built below: a backend gets the session
             executor=build("executor", run.executor),
             evaluators=evaluators,
-            directions={n: build("direction", n) for n in registries["directions"].names()},
+            directions={n: build("direction", n) for n in sorted(
+                registries["directions"].names(), key=lambda n: (getattr(registries["directions"].get(n), "order", 100), n))},
             spaces=spaces,
             notices=notices,
         )
         if run.space != "adaptive" and run.space not in {s.name for s in spaces}:
-            raise UnknownName("space", run.space, [s.name for s in spaces])
+            raise UnknownName("space", run.space, ["adaptive", *(s.name for s in spaces)])
+        _check_search(run, registries)
         session.backend = build("backend", run.backend, session)
         return session
 
     @property
     def arch_name(self) -> str:
         return self.arch.name
+
+    @property
+    def arch_kind(self) -> str:
+        """The kind of candidate the architecture runs (`Architecture.kind`): what workloads and evaluators serve."""
+        return getattr(self.arch, "kind", self.arch.name)
 
     def space(self, name: str) -> ImplementationSpace:
         for space in self.spaces:
@@ -170,12 +178,39 @@ def _structure_plugin_tables(config: HieraConfig, registries: dict[str, Registry
     return out
 
 
+def _with_defaults(run: RunConfig, defaults: dict[str, str], registries: dict[str, Registry]) -> RunConfig:
+    """`run` with every plugin choice it leaves empty taken from the plugins' defaults."""
+    kinds = {"workload": "workloads", "backend": "backends", "executor": "executors", "strategy": "searches"}
+    chosen = {}
+    for key, kind in kinds.items():
+        if getattr(run, key):
+            continue
+        if key not in defaults:
+            raise ConfigError(f"no {key} given, and no installed plugin is the default one"
+                              f" (choose with --{key}: {', '.join(registries[kind].names()) or 'none installed'})")
+        chosen[key] = defaults[key]
+    return attrs.evolve(run, **chosen)
+
+
+def _check_search(run: RunConfig, registries: dict[str, Registry]) -> None:
+    """The search strategy exists, can be answered by the backend, and plans if planning is switched off."""
+    search = registries["searches"].get(run.strategy)
+    backend = registries["backends"].get(run.backend)
+    if not run.planning and not search.plans:
+        raise ConfigError(f"--no-planning is an ablation of a search that plans; '{run.strategy}' plans its own way")
+    answers = getattr(backend, "searches", None)
+    if answers is not None and run.strategy not in answers:
+        raise ConfigError(f"the '{run.strategy}' search needs a backend that answers it: '{run.backend}' answers only"
+                          f" {', '.join(answers)} (use a model backend)")
+
+
 def _auto_arch(registry: Registry, configs: dict[str, Any]) -> tuple[str, str | None]:
-    if "cuda" in registry.classes:
-        reason = registry.get("cuda")(configs["cuda"]).unavailable_reason()
+    """The architecture of highest `preference` that can run here, and a line saying what was passed over."""
+    passed = []
+    for name in sorted(registry.names(), key=lambda n: -getattr(registry.get(n), "preference", 0)):
+        reason = registry.get(name)(configs[name]).unavailable_reason()
         if reason is None:
-            return "cuda", None
-        return "host", f"no usable GPU ({reason}): running on the host architecture"
-    if not Path("/dev/nvidiactl").exists():
-        return "host", "no GPU on this machine: running on the host architecture"
-    return "host", "no GPU architecture plugin is installed: running on the host architecture"
+            notice = "; ".join(passed)
+            return name, f"{notice}: running on the '{name}' architecture" if notice else None
+        passed.append(f"'{name}' cannot run here ({reason})")
+    raise ConfigError(f"no installed architecture can run here: {'; '.join(passed) or 'none installed'}")

@@ -39,6 +39,8 @@ MOVABLE_FLOOR = 0.01
 class ExpertBackend:
     name: ClassVar[str] = "expert"
     config_class: ClassVar[type] = ExpertConfig
+    searches: ClassVar[tuple[str, ...]] = ("hiera",)
+    """It answers HIERA's own roles only: the baselines need a model."""
 
     def __init__(self, config: ExpertConfig, session: Any) -> None:
         self.config = config
@@ -86,7 +88,7 @@ class ExpertBackend:
             return 0
         needed = [
             rank[knob.space]
-            for template in self.session.workload.templates(ctx["task"], ctx["arch"])
+            for template in self.session.workload.templates(ctx["task"], ctx["kind"])
             if parent.origin.split()[:1] == [template.name]
             for name, knob in template.knobs.items()
             if parent.params.get(name, knob.values[0]) != knob.values[0]
@@ -99,12 +101,12 @@ class ExpertBackend:
         rank = {s.name: s.rank for s in self.session.spaces}
         knob_ranks = [
             rank[knob.space]
-            for template in self.session.workload.templates(ctx["task"], ctx["arch"])
+            for template in self.session.workload.templates(ctx["task"], ctx["kind"])
             for knob in template.knobs.values()
             if knob.direction == decision.direction and rank[knob.space] <= rank[decision.space]
         ]
         home = next((s.name for s in self.session.spaces if s.rank == min(knob_ranks)), decision.space) if knob_ranks else decision.space
-        strategy = self.session.directions[decision.direction].strategies(home)[0]
+        strategy = self.session.directions[decision.direction].strategies(self.session.space(home).rank)[0]
         return {"name": strategy.name, "steps": list(strategy.steps), "constraints": list(strategy.constraints)}
 
     def generate_candidates(self, ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -131,7 +133,7 @@ class ExpertBackend:
     ) -> Iterator[tuple[Template, dict, str | None]]:
         """Untried parameter moves of `direction` admissible in `space`: its own knobs one at a time,
         then (with `pairs`) one of its knobs together with any other admissible knob."""
-        templates = self.session.workload.templates(ctx["task"], ctx["arch"])
+        templates = self.session.workload.templates(ctx["task"], ctx["kind"])
         rank = {s.name: s.rank for s in self.session.spaces}
         tried = {c.source for c, _ in ctx["history"]}
         seen: set[str] = set()
@@ -213,3 +215,8 @@ def _round_robin(streams: list[Iterator]) -> Iterator:
 @hookimpl
 def hiera_register_backends():
     return [ExpertBackend]
+
+
+@hookimpl
+def hiera_run_defaults() -> dict[str, str]:
+    return {"backend": ExpertBackend.name}  # no model, no network

@@ -46,3 +46,8 @@ class LocalExecutor:
 @hookimpl
 def hiera_register_executors():
     return [LocalExecutor]
+
+
+@hookimpl
+def hiera_run_defaults() -> dict[str, str]:
+    return {"executor": LocalExecutor.name}

@@ -23,7 +23,7 @@ def test_plugins_lists_every_builtin_with_its_distribution_and_entry_point(hiera
     [
         (["--workload", "nope"], "unknown workload 'nope' (choose from: kernelbench, stencil2d)"),
         (["--workload", "stencil2d", "--arch", "tpu"], "unknown architecture 'tpu' (choose from: cuda, host)"),
-        (["--workload", "stencil2d", "--space", "anywhere"], "unknown space 'anywhere' (choose from: adaptive, pure_cuda"),
+        (["--workload", "stencil2d", "--space", "anywhere"], "unknown space 'anywhere' (choose from: adaptive, cuda_libraries, libraries_pytorch, pure_cuda)"),
         (["--workload", "stencil2d", "--backend", "gpt"], "unknown backend 'gpt' (choose from: exchange, expert, openai, replay)"),
     ],
 )
@@ -98,7 +98,8 @@ def test_config_show_prints_what_is_in_force(hiera, tmp_path):
 def test_without_a_gpu_the_default_architecture_is_host_and_says_so(hiera, tmp_path):
     done = hiera("--workload", "stencil2d", "--rounds", "0", "--set", "workload.stencil2d.host_n=32", "--run-dir", "r")
     assert done.returncode == 0, done.stderr
-    assert "running on the host architecture" in done.stdout.splitlines()[0]
+    assert "'cuda' cannot run here" in done.stdout.splitlines()[0]
+    assert "running on the 'host' architecture" in done.stdout.splitlines()[0]
 
 
 def test_a_run_directory_in_use_is_refused_with_one_line_and_exit_code_2(hiera, tmp_path):

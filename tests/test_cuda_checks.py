@@ -15,17 +15,18 @@ from gpu_tasks import SEEDS, TinyOps  # noqa: E402
 
 from hiera_core import EvalJob  # noqa: E402
 from hiera_core.records import Candidate  # noqa: E402
+from hiera_core.source_rules import violation  # noqa: E402
 from hiera_plugins.cuda import checks  # noqa: E402
 from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig, find_cuda_home  # noqa: E402
 from hiera_plugins.cuda.build import build_candidate, compiler_errors  # noqa: E402
 from hiera_plugins.spaces import CudaLibraries, LibrariesPytorch, PureCuda  # noqa: E402
 
-SPACES = {s.name: s(None) for s in (PureCuda, CudaLibraries, LibrariesPytorch)}
+RANK = {s.name: s.rank for s in (PureCuda, CudaLibraries, LibrariesPytorch)}
 STATIC = {name: c for name, c in CANDIDATES.items() if c[3] == "static_rejected" and name != "dispatcher-in-pure"}
 
 
 def _static_reason(space, source):
-    return SPACES[space].check_source(source, "cuda") or checks.hack_in_source(source, "float32")
+    return violation(source, checks.SOURCE_RULES, RANK[space]) or checks.hack_in_source(source, "float32")
 
 
 @pytest.mark.parametrize("name", sorted(STATIC))

@@ -208,7 +208,7 @@ def test_without_a_profile_the_expert_moves_a_direction_that_has_a_move(tmp_path
     seed = records.Candidate(id="s", source=source, space="libraries_pytorch", round=0, origin=origin, params=params)
     rejected = records.StaticRejected(reason="no profile")
     context = {"parent": seed, "parent_evaluation": rejected, "parents": [seed], "history": [(seed, rejected)],
-               "allowed_spaces": [s.name for s in session.spaces], "task": task, "arch": "cuda"}
+               "allowed_spaces": [s.name for s in session.spaces], "task": task, "arch": "cuda", "kind": "cuda"}
     decision = session.backend.select_space(context)
     assert records.SpaceDecision(**decision).direction == "R" and decision["space"] == "libraries_pytorch"
     assert decision["scores"]["R"] > 0 and {d: s for d, s in decision["scores"].items() if d != "R"} == dict.fromkeys("CPMT", 0.0)
@@ -229,7 +229,7 @@ def test_the_expert_does_not_give_up_the_best_candidates_library_features(tmp_pa
     measured = records.Measured(latency_ms=1, latency_p10_ms=1, latency_p90_ms=1, repeats=1, reference_latency_ms=2,
                                 max_abs_error=0, profile=profile)
     context = {"parent": parent, "parent_evaluation": measured, "parents": [parent], "history": [(parent, measured)],
-               "allowed_spaces": [s.name for s in session.spaces], "task": session.task, "arch": "host"}
+               "allowed_spaces": [s.name for s in session.spaces], "task": session.task, "arch": "host", "kind": "host"}
     decision = session.backend.select_space(context)
     assert max(decision["scores"], key=decision["scores"].get) == "M"
     assert decision["space"] == "cuda_libraries"
@@ -298,7 +298,7 @@ def test_the_expert_refines_the_best_kernel_before_a_far_slower_parent(tmp_path)
     ring, tile = _measured(template, "ring", 0.590, tiling="ring"), _measured(template, "tile", 1.602, tiling="smem")
     others = [_measured(template, "stream", 1.681, tiling="smem_stream")] + [
         _measured(template, block, latency, tiling="smem", block=block) for block, latency in (("64x4", 1.651), ("32x16", 1.774), ("128x2", 1.642))]
-    context = {"parents": [ring[0], tile[0]], "history": [seed, ring, tile, *others], "task": session.task, "arch": "cuda",
+    context = {"parents": [ring[0], tile[0]], "history": [seed, ring, tile, *others], "task": session.task, "arch": "cuda", "kind": "cuda",
                "allowed_spaces": [s.name for s in session.spaces]}
     moves = list(itertools.islice(session.backend._moves(context, "M", "pure_cuda"), 6))
     assert {parent for _, _, parent in moves} == {"ring"}
@@ -314,7 +314,7 @@ def test_a_pair_move_belongs_to_a_direction_only_when_the_directions_knob_shapes
     [template] = session.workload.templates(session.task, "cuda")
     ring = _measured(template, "ring", 0.866, tiling="ring")
     params = ring[0].params
-    context = {"parents": [ring[0]], "history": [ring], "task": session.task, "arch": "cuda",
+    context = {"parents": [ring[0]], "history": [ring], "task": session.task, "arch": "cuda", "kind": "cuda",
                "allowed_spaces": [s.name for s in session.spaces]}
     moves = list(session.backend._moves(context, "P", "pure_cuda"))
     assert moves and all(p["ring_threads"] != 128 for _, p, _ in moves if p["tiling"] == "ring")

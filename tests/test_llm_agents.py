@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from hiera_core import AgentAnswer, hookimpl, records
-from hiera_core.agents import SEARCHES, extract_json, ssda_schema, validate
-from hiera_core.config import STRATEGIES, load_config
+from hiera_core.agents import extract_json, ssda_schema, validate
+from hiera_core.config import load_config
 from hiera_core.engine import Engine, create_run
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.session import Session
@@ -134,7 +134,7 @@ def test_prompts_quote_the_contract_the_plugins_knowledge_and_the_profile_and_oa
 
     memory = session.directions["M"]
     assert memory.knowledge in spa[0].prompt
-    assert all(s.name in spa[0].prompt for s in memory.strategies("pure_cuda"))
+    assert all(s.name in spa[0].prompt for s in memory.strategies(0))
     assert "space pure_cuda, direction M" in spa[0].prompt
 
     assert sorted(r.sample for r in oa) == [0, 1] and all(r.candidates == 1 for r in oa)
@@ -173,5 +173,9 @@ def test_a_resumed_run_answers_from_the_cache_and_calls_the_backend_for_nothing(
     assert "| total | 5 | 5 | 1 | 0 | 0 | 0.0000 |" in (tmp_path / "run" / "report.md").read_text()
 
 
-def test_every_strategy_the_configuration_accepts_has_a_search():
-    assert tuple(SEARCHES) == STRATEGIES
+def test_the_paper_s_search_and_its_two_baselines_are_installed_and_hiera_is_the_default():
+    from hiera_core.plugins import collect, make_plugin_manager, run_defaults
+
+    pm = make_plugin_manager()
+    assert collect(pm, "searches").names() == ["caesar", "cudaforge", "hiera"]
+    assert run_defaults(pm)["strategy"] == "hiera"

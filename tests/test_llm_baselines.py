@@ -109,7 +109,7 @@ def test_cudaforge_judges_one_bottleneck_from_the_profile_and_refines_in_pure_cu
 def test_baselines_refuse_what_they_cannot_do(hiera):
     done = hiera("--workload", "stencil2d", "--strategy", "caesar", "--backend", "openai", "--no-planning")
     assert done.returncode == 2
-    assert "--no-planning is an ablation of the hiera strategy; 'caesar' plans its own way" in done.stderr
+    assert "--no-planning is an ablation of a search that plans; 'caesar' plans its own way" in done.stderr
     done = hiera("--workload", "stencil2d", "--strategy", "cudaforge")
     assert done.returncode == 2
-    assert "the 'cudaforge' baseline needs a model backend; the expert answers only HIERA's own roles" in done.stderr
+    assert "the 'cudaforge' search needs a backend that answers it: 'expert' answers only hiera" in done.stderr

@@ -13,6 +13,7 @@ import pytest
 from hiera_core import EvalJob
 from hiera_core.protocols import Template
 from hiera_core.records import Candidate
+from hiera_core.source_rules import violation
 from hiera_plugins.cuda import checks
 from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig, find_cuda_home
 from hiera_plugins.spaces import CudaLibraries, LibrariesPytorch, PureCuda
@@ -24,6 +25,10 @@ from hiera_workloads.stencil2d.workload import Stencil2D, Stencil2DConfig
 SPACES = [PureCuda(None), CudaLibraries(None), LibrariesPytorch(None)]
 RANK = {space.name: space.rank for space in SPACES}
 TEMPLATE = CudaStencilTemplate(radius=3)
+
+
+def cuda_rules(source, rank):
+    return violation(source, checks.SOURCE_RULES, rank)
 
 
 def task(**config):
@@ -86,12 +91,12 @@ def test_every_variant_passes_its_space_and_the_hack_scan_and_only_its_space():
             continue
         source = TEMPLATE.render(p)
         space = home_space(TEMPLATE, p)
-        assert space.check_source(source, "cuda") is None, (TEMPLATE.describe(p), space.check_source(source, "cuda"))
+        assert cuda_rules(source, space.rank) is None, (TEMPLATE.describe(p), cuda_rules(source, space.rank))
         assert checks.hack_in_source(source, "float64") is None, (TEMPLATE.describe(p), checks.hack_in_source(source, "float64"))
         assert "constexpr int R = 3;" in source and "at::Tensor stencil2d(at::Tensor field" in source
         if space.rank > 0:
             below = SPACES[space.rank - 1]
-            assert below.check_source(source, "cuda") is not None, TEMPLATE.describe(p)
+            assert cuda_rules(source, below.rank) is not None, TEMPLATE.describe(p)
 
 
 def test_moot_knobs_do_not_change_the_source():
@@ -198,7 +203,7 @@ def test_fuse_steps_runs_two_steps_per_launch_in_the_ring_only_when_there_are_st
     assert "fuse_steps" not in TEMPLATE.describe({**ring, "fuse_steps": True})
     smem = params(tiling="smem", fuse_steps=True)
     assert two.render(smem) == two.render(params(tiling="smem")) and "fuse_steps" not in two.describe(smem)
-    assert PureCuda(None).check_source(fused, "cuda") is None and checks.hack_in_source(fused, "float64") is None
+    assert cuda_rules(fused, PureCuda.rank) is None and checks.hack_in_source(fused, "float64") is None
     cuda_home = find_cuda_home()
     if cuda_home is None:
         pytest.skip("no CUDA toolkit")

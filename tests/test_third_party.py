@@ -153,17 +153,25 @@ acme = "hiera_acme"
 '''
 
 
-def test_a_pip_installed_plugin_shows_up_and_runs(tmp_path):
-    source = tmp_path / "hiera-acme"
-    (source / "hiera_acme").mkdir(parents=True)
-    (source / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
-    (source / "hiera_acme" / "__init__.py").write_text(PLUGIN)
+def pip_install(tmp_path, distribution: str, package: str, code: str) -> dict[str, str]:
+    """Build `distribution` (one module `package`, entry point named after it) and install it with pip into a
+    folder of its own; the environment that puts it on the path."""
+    source = tmp_path / distribution
+    (source / package).mkdir(parents=True)
+    entry = distribution.removeprefix("hiera-")
+    (source / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT).replace('name = "hiera-acme"', f'name = "{distribution}"')
+                                           .replace('acme = "hiera_acme"', f'{entry} = "{package}"'))
+    (source / package / "__init__.py").write_text(code)
     site = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(site), str(source)],
         check=True,
     )
-    env = {"PYTHONPATH": str(site)}
+    return {"PYTHONPATH": str(site)}
+
+
+def test_a_pip_installed_plugin_shows_up_and_runs(tmp_path):
+    env = pip_install(tmp_path, "hiera-acme", "hiera_acme", PLUGIN)
 
     listing = run_hiera("plugins", cwd=tmp_path, env=env)
     assert listing.returncode == 0, listing.stderr
@@ -177,3 +185,95 @@ def test_a_pip_installed_plugin_shows_up_and_runs(tmp_path):
     assert plan.decision.direction == "V" and plan.strategy.name == "vectorize"
     measured = [e for e in events if isinstance(e, records.CandidateEvaluated) and isinstance(e.evaluation, records.Measured)]
     assert len(measured) == 2
+
+
+ARCH_PLUGIN = '''
+"""hiera-acme-cpu: an architecture `acme-cpu` for C candidates (kind `host`) and a space `acme_asm`."""
+import os
+import shutil
+from typing import ClassVar
+
+import attrs
+
+from hiera_core import hookimpl
+from hiera_core.source_rules import SourceRule, violation
+
+RULES = [
+    SourceRule(r"#\\s*pragma\\s+omp\\b", "an OpenMP pragma", 1),
+    SourceRule(r"\\b__asm__\\b|\\basm\\s*\\(", "inline assembly", 3),
+]
+
+
+@attrs.frozen(kw_only=True)
+class AcmeConfig:
+    cflags: list[str] = attrs.field(factory=lambda: ["-O2", "-fopenmp"])
+
+
+class AcmeCpu:
+    name: ClassVar[str] = "acme-cpu"
+    kind: ClassVar[str] = "host"
+    preference: ClassVar[int] = 5
+    config_class: ClassVar[type] = AcmeConfig
+
+    def __init__(self, config):
+        self.config = config
+
+    def unavailable_reason(self):
+        return None if shutil.which("cc") else "no cc"
+
+    def check_source(self, source, rank):
+        return violation(source, RULES, rank)
+
+    def hardware(self):
+        return {"model": "acme reference board", "cores": os.cpu_count()}
+
+    def toolchain(self):
+        return {"cc": "cc", "cflags": list(self.config.cflags)}
+
+    def peaks(self, dtype):
+        return 1e4, 1e5  # the datasheet's (GB/s, GFLOP/s): floors far below anything measured here
+
+
+class AcmeAsm:
+    name: ClassVar[str] = "acme_asm"
+    rank: ClassVar[int] = 3
+    config_class = None
+    description: ClassVar[str] = "Anything of the other spaces, plus inline assembly."
+
+    def __init__(self, config):
+        pass
+
+
+@hookimpl
+def hiera_register_architectures():
+    return [AcmeCpu]
+
+
+@hookimpl
+def hiera_register_spaces():
+    return [AcmeAsm]
+'''
+
+
+def test_a_pip_installed_architecture_and_space_run_the_host_loop_under_their_own_names(tmp_path):
+    """Nothing in hiera_core or the built-ins names `acme-cpu` or `acme_asm`: the architecture's kind (`host`)
+    brings the workload's C side and the host evaluators, its own rules check the sources by rank."""
+    env = pip_install(tmp_path, "hiera-acme-cpu", "hiera_acme_cpu", ARCH_PLUGIN)
+    listing = run_hiera("plugins", cwd=tmp_path, env=env)
+    assert "architectures: acme-cpu" in listing.stdout and "spaces: acme_asm" in listing.stdout, listing.stdout + listing.stderr
+
+    done = run_hiera("--workload", "stencil2d", "--arch", "acme-cpu", "--space", "acme_asm", "--rounds", "1", "--population", "2",
+                     "--set", "workload.stencil2d.host_n=64", "--run-dir", "run", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "on acme-cpu" in done.stdout
+    store = RunStore.open(tmp_path / "run")
+    assert store.manifest.config["run"]["arch"] == "acme-cpu"
+    evaluated = [e for e in store.events if isinstance(e, records.CandidateEvaluated)]
+    assert {e.candidate.space for e in evaluated} == {"acme_asm"}
+    assert any(isinstance(e.evaluation, records.Measured) for e in evaluated)
+
+    asm = tmp_path / "asm.c"
+    asm.write_text("int hiera_stencil2d(void) { __asm__(\"nop\"); return 0; }\n")
+    checked = run_hiera("eval", str(asm), "--workload", "stencil2d", "--arch", "acme-cpu", "--space", "cuda_libraries",
+                        "--set", "workload.stencil2d.host_n=64", cwd=tmp_path, env=env)
+    assert "uses inline assembly" in checked.stdout + checked.stderr

@@ -13,6 +13,9 @@ from typing import Any, ClassVar
 
 import attrs
 
+from hiera_core.source_rules import violation
+from hiera_plugins.cuda.checks import SOURCE_RULES
+
 
 @attrs.frozen(kw_only=True)
 class CudaConfig:
@@ -31,9 +34,14 @@ class CudaConfig:
 class CudaArchitecture:
     name: ClassVar[str] = "cuda"
     config_class: ClassVar[type] = CudaConfig
+    preference: ClassVar[int] = 10
+    """`--arch auto` takes the GPU where it can run, before the host."""
 
     def __init__(self, config: CudaConfig) -> None:
         self.config = config
+
+    def check_source(self, source: str, rank: int) -> str | None:
+        return violation(source, SOURCE_RULES, rank)
 
     def unavailable_reason(self) -> str | None:
         try:

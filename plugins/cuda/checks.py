@@ -12,6 +12,23 @@ import re
 import subprocess
 from pathlib import Path
 
+from hiera_core.source_rules import SourceRule
+
+SOURCE_RULES = [
+    SourceRule(r"\bcublas\w*\s*\(|#\s*include\s*[<\"]cublas", "cuBLAS", 1),
+    SourceRule(r"\bcudnn\w*\s*\(|#\s*include\s*[<\"]cudnn", "cuDNN", 1),
+    SourceRule(r"\bcufft\w*\s*\(|#\s*include\s*[<\"]cufft", "cuFFT", 1),
+    SourceRule(r"#\s*include\s*[<\"]cutlass/", "CUTLASS", 1),
+    SourceRule(r"#\s*include\s*[<\"]cusparse|\bcusparse\w*\s*\(", "cuSPARSE", 1),
+    SourceRule(r"\b(at|torch)::(?!empty\b|empty_like\b|zeros\b|zeros_like\b|Tensor\b|ScalarType\b|kFloat|kDouble|kHalf|kBFloat16|kInt|kLong|cuda::)(\w+)\s*\(",
+               "a PyTorch/ATen operator", 2),
+    SourceRule(r"\.(matmul|mm|bmm|conv2d|addmm|einsum)\s*\(", "a PyTorch/ATen operator", 2),
+    SourceRule(r"\bat::_ops::\w+::(call|redispatch)\s*\(", "a PyTorch/ATen operator", 2),  # an operator's own entry point
+]
+"""The first of the three space checks, on the source: vendor libraries from rank 1, ATen operators beyond
+allocation from rank 2 (the binary and the run are checked too: `binary_space_violation`,
+`runtime_space_violation`)."""
+
 HACKS: list[tuple[str, str]] = [
     (r"\bcudaStreamCreate\w*\s*\(|getStreamFromPool|\bcudaStreamNonBlocking\b|\bStreamCreate\b",
      "creates its own CUDA stream (work could escape the timer)"),

@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 
 import attrs
 
+from hiera_core.source_rules import SourceRule, violation
+
 
 @attrs.frozen(kw_only=True)
 class HostConfig:
@@ -23,12 +25,28 @@ class HostConfig:
     cflags: list[str] = attrs.field(factory=lambda: ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp"])
 
 
+SOURCE_RULES = [
+    SourceRule(r"#\s*pragma\s+omp\b", "an OpenMP pragma", 1),
+    SourceRule(r"#\s*include\s*<omp\.h>", "the OpenMP runtime", 1),
+    SourceRule(r"\bomp_\w+\s*\(", "an OpenMP runtime call", 1),
+    SourceRule(r"\bcblas_\w+|\bdgemm_?\s*\(", "a BLAS call", 1),
+    SourceRule(r"#\s*include\s*<pthread\.h>", "the pthreads library", 1),
+    SourceRule(r"#\s*include\s*[<\"]Python\.h", "the Python C API", 2),
+    SourceRule(r"#\s*include\s*[<\"](torch|ATen)/", "PyTorch", 2),
+]
+"""What C on the host may use by space rank: rank 0 only the candidate's own code, rank 1 adds threads and
+libraries (OpenMP, BLAS, pthreads), rank 2 adds Python and PyTorch."""
+
+
 class HostArchitecture:
     name: ClassVar[str] = "host"
     config_class: ClassVar[type] = HostConfig
 
     def __init__(self, config: HostConfig) -> None:
         self.config = config
+
+    def check_source(self, source: str, rank: int) -> str | None:
+        return violation(source, SOURCE_RULES, rank)
 
     def unavailable_reason(self) -> str | None:
         if shutil.which(self.config.cc) is None:

@@ -8,8 +8,10 @@ anything else may write the answer file itself, as long as it appears whole (wri
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -18,6 +20,8 @@ import attrs
 
 from hiera_core import AgentAnswer, AgentRequest, hookimpl
 from hiera_core.agents import request_key
+from hiera_core.cli import UsageError, common_options
+from hiera_core.config import load_config, structure
 from hiera_core.protocols import BackendError
 
 
@@ -121,14 +125,9 @@ class ExchangeBackend:
 
     def __init__(self, config: ExchangeConfig, session: Any) -> None:
         self.config = config
-        self.folder = self.open_folder(config)
+        self.folder = ExchangeFolder(Path(config.dir))
         self.parallel_requests = config.concurrency
         self.candidates_per_request = config.candidates_per_request
-
-    @staticmethod
-    def open_folder(config: ExchangeConfig) -> ExchangeFolder:
-        """The exchange folder `config` names; what `hiera exchange` reads and answers."""
-        return ExchangeFolder(Path(config.dir))
 
     def answer(self, request: AgentRequest) -> AgentAnswer:
         request_id = self.folder.post(request)
@@ -144,3 +143,49 @@ class ExchangeBackend:
 @hookimpl
 def hiera_register_backends():
     return [ExchangeBackend]
+
+
+@hookimpl
+def hiera_register_commands(commands) -> None:
+    exchange = commands.add_parser("exchange", help="requests of the exchange backend, for a person or an external agent")
+    actions = exchange.add_subparsers(dest="action", metavar="ACTION", required=True)
+    pending = actions.add_parser("pending", help="list the requests waiting for an answer")
+    answer = actions.add_parser("answer", help="answer a waiting request with the text of FILE ('-': standard input)")
+    answer.add_argument("request_id", metavar="ID")
+    answer.add_argument("file", metavar="FILE")
+    for action in (pending, answer):
+        action.add_argument("--dir", type=Path, help="the exchange folder (default: [backend.exchange] dir)")
+        common_options(action)
+        action.set_defaults(handler=_exchange)
+
+
+def _exchange(args: argparse.Namespace, console: Any) -> int:
+    """`hiera exchange pending|answer`: this backend's folder."""
+    config = load_config(Path.cwd(), overrides=args.overrides, config_file=args.config)
+    backend_config = structure(config.plugin_tables["backend"].get("exchange", {}), ExchangeConfig, where="[backend.exchange]")
+    if args.dir is not None:
+        backend_config = attrs.evolve(backend_config, dir=str(args.dir))
+    folder = ExchangeFolder(Path(backend_config.dir))
+    if args.action == "pending":
+        waiting = folder.pending()
+        for request in waiting:
+            which = f" request {request.sample + 1}" if request.role == "oa" else ""
+            console.print(
+                f"{request.id}  {request.role}{which} round {request.round} attempt {request.attempt}  {request.prompt_path}",
+                markup=False,
+            )
+        if not waiting:
+            console.print(f"no request is waiting in {folder.path}", markup=False)
+        return 0
+    if args.file == "-":
+        text = sys.stdin.read()
+    elif Path(args.file).is_file():
+        text = Path(args.file).read_text()
+    else:
+        raise UsageError(f"no such file: {args.file}")
+    try:
+        path = folder.answer(args.request_id, text)
+    except LookupError as exc:
+        raise UsageError(str(exc)) from None
+    console.print(f"answered {args.request_id}: {path}", markup=False)
+    return 0
