@@ -10,6 +10,7 @@ Secrets never live here: plugins read them from the environment by variable name
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -197,10 +198,34 @@ def _coerce(text: str, type_: Any, where: str) -> Any:
             return int(text)
         except ValueError:
             raise ConfigError(f"{where}: expected an integer, got {text!r}") from None
+    if type_ in (float, "float"):
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"{where}: expected a number, got {text!r}") from None
     return text
 
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
+
+_TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"), (list, "an array"), (dict, "a table"))
+
+
+def _strict(kind: type, accepted: tuple[type, ...], expected: str):
+    """A structure hook that takes only values of the `accepted` TOML types (a bool is never a number)."""
+
+    def hook(value: Any, _: type) -> Any:
+        if not isinstance(value, accepted) or (isinstance(value, bool) and kind is not bool):
+            given = next((name for t, name in _TOML_TYPES if isinstance(value, t)), type(value).__name__)
+            raise ConfigError(f"expected {expected}, got {json.dumps(value, default=str)} ({given})")
+        return kind(value)
+
+    return hook
+
+
+_converter.register_structure_hook(bool, _strict(bool, (bool,), "a boolean (true or false)"))
+_converter.register_structure_hook(int, _strict(int, (int,), "an integer"))
+_converter.register_structure_hook(float, _strict(float, (int, float), "a number"))
 
 
 def structure(table: Mapping[str, Any], cls: type, *, where: str) -> Any:
