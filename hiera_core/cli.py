@@ -22,7 +22,7 @@ from hiera_core.config import (
     load_config,
     structure,
 )
-from hiera_core.engine import Engine, create_run, evaluate_source
+from hiera_core.engine import Engine, create_run, evaluate_source, tables_in_use
 from hiera_core.logging import configure_logging
 from hiera_core.plugins import PluginError, UnknownName, collect, describe_plugins, make_plugin_manager
 from hiera_core.protocols import BackendError, StagePassed
@@ -198,7 +198,9 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
                 if any(isinstance(e, RunFinished) for e in store.events):
                     console.print(f"{task.name}: finished earlier, skipped", markup=False)
                     continue
-                task_session = _session(config_from_table(store.manifest.config, source=f"{path}/{MANIFEST}"), args.plugins)
+                pm = make_plugin_manager(extra_plugins=args.plugins)
+                recorded = config_from_table(tables_in_use(store.manifest.config, store, pm), source=f"{path}/{MANIFEST}")
+                task_session = Session.create(recorded, pm)
             else:
                 run = attrs.evolve(config.run, task=task.name, run_dir=str(path))
                 task_session = _session(attrs.evolve(config, run=run), args.plugins)
@@ -219,18 +221,20 @@ def _replay_config(args: argparse.Namespace) -> HieraConfig:
     """The recorded run's configuration, answered by the `replay` backend from its answer cache."""
     if args.backend or args.model or args.base_url:
         raise UsageError("--replay answers from the recorded run; it takes no --backend, --model or --base-url")
-    recorded = RunStore.open(args.replay).manifest.config
-    table = {key: dict(value) if isinstance(value, dict) else value for key, value in recorded.items()}
+    store = RunStore.open(args.replay)
+    table = {key: dict(value) if isinstance(value, dict) else value for key, value in store.manifest.config.items()}
     table["run"] = {**table.get("run", {}), "backend": "replay", "run_dir": ""}
     table["backend"] = {**table.get("backend", {}), "replay": {"source": str(args.replay.resolve())}}
+    table = tables_in_use(table, store, make_plugin_manager(extra_plugins=args.plugins))
     keys = {key: value for key, value in _cli_run_keys(args).items() if key != "backend"}
     return config_from_table(table, source=f"{args.replay}/manifest.json", cli=keys, overrides=args.overrides)
 
 
 def _resume(args: argparse.Namespace, console: Console) -> int:
     store = RunStore.open(args.run_dir)
-    config = config_from_table(store.manifest.config, source=f"{args.run_dir}/manifest.json")
-    session = _session(config, args.plugins)
+    pm = make_plugin_manager(extra_plugins=args.plugins)
+    config = config_from_table(tables_in_use(store.manifest.config, store, pm), source=f"{args.run_dir}/manifest.json")
+    session = Session.create(config, pm)
     console.print(f"resuming {store.manifest.run_id}: {len(store.evaluated())} candidates already evaluated")
     return _optimize(session, store, console, args.log_level)
 

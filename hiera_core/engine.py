@@ -11,21 +11,28 @@ import json
 import platform
 import sys
 import time
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import attrs
+import pluggy
 import structlog
 
 from hiera_core import agents, records, sandbox
+from hiera_core.plugins import PluginError, collect
 from hiera_core.protocols import EvalJob, NoSeed, StagePassed
 from hiera_core.records import Candidate, Evaluation, Measured
 from hiera_core.report import write_report
 from hiera_core.serialization import evaluation_to_json
-from hiera_core.session import Session
+from hiera_core.session import TABLE_KIND, Session
 from hiera_core.store import RunStore, new_run_id, write_text_atomic
 
 log = structlog.get_logger(__name__)
+
+SPACE_CHECK = "space-check"
+"""The name under which a candidate's space check is timed, beside its evaluator stages (`stage_s`)."""
 
 
 def create_run(session: Session, run_dir: Path | None = None) -> RunStore:
@@ -65,8 +72,9 @@ def tables_in_use(table: Mapping[str, Any], store: RunStore, pm: pluggy.PluginMa
     kept = {key: value for key, value in table.items() if key not in TABLE_KIND}
     for key, kind in TABLE_KIND.items():
         installed = collect(pm, kind).classes
-        for name in sorted(used.get(key, set()) - set(installed)):
-            raise PluginError(f"{store.path}: the run used {key} '{name}', which no installed plugin provides now"
+        missing = sorted(used.get(key, set()) - set(installed))
+        if missing:
+            raise PluginError(f"{store.path}: the run used {key} '{missing[0]}', which no installed plugin provides now"
                               f" (installed: {', '.join(sorted(installed)) or 'none'})")
         kept[key] = {name: values for name, values in table.get(key, {}).items() if name in installed}
     return kept
@@ -375,7 +383,7 @@ def evaluate_candidate(
     stage_s = {} if stage_s is None else stage_s
     started = time.perf_counter()
     reason = session.arch.check_source(job.candidate.source, session.space(job.candidate.space).rank)
-    stage_s["space-check"] = round(time.perf_counter() - started, 4)
+    stage_s[SPACE_CHECK] = round(time.perf_counter() - started, 4)
     if reason:
         return records.StaticRejected(reason=f"{job.candidate.space}: {reason}")
     for evaluator in session.evaluators:

@@ -120,6 +120,22 @@ def test_a_run_directory_in_use_is_refused_with_one_line_and_exit_code_2(hiera, 
     assert hiera("resume", "r").returncode == 0  # free again: it resumes (and redoes nothing)
 
 
+def test_a_run_resumes_without_a_plugin_it_does_not_use_and_names_one_it_uses_in_one_line(hiera, tmp_path):
+    import json
+
+    done = hiera("--workload", "stencil2d", "--arch", "host", "--rounds", "0", "--set", "workload.stencil2d.host_n=32",
+                 "--run-dir", "r")
+    assert done.returncode == 0, done.stderr
+    assert "cuda-profile" in json.loads((tmp_path / "r" / "manifest.json").read_text())["config"]["evaluator"]  # ncu's table
+    resumed = hiera("resume", "r", env={"HIERA_DISABLE_PLUGINS": "ncu"})
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.startswith("resuming ")
+    gone = hiera("resume", "r", env={"HIERA_DISABLE_PLUGINS": "stencil2d"})
+    assert gone.returncode == 2
+    assert gone.stderr.splitlines() == [f"hiera: error: {tmp_path / 'r'}: the run used workload 'stencil2d', which no installed"
+                                        " plugin provides now (installed: kernelbench)"]
+
+
 def test_the_run_manifest_records_the_sandbox_in_force(hiera, tmp_path):
     import json
 
