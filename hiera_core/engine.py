@@ -123,7 +123,7 @@ class Engine:
         session, hook = self.session, self.session.pm.hook
         structlog.contextvars.bind_contextvars(run_id=self.store.manifest.run_id, task=session.task.name)
         self.roofline = self._roofline()
-        hook.hiera_run_started(session=session, manifest=self.store.manifest, run_dir=self.store.path)
+        hook.hiera_run_started(context=session.context, manifest=self.store.manifest, run_dir=self.store.path)
         if self.run.baselines:
             self._evaluate_baselines()
 
@@ -149,7 +149,7 @@ class Engine:
                 )
             )
         write_report(self.store)
-        hook.hiera_run_finished(session=session, run_dir=self.store.path, best=best)
+        hook.hiera_run_finished(context=session.context, run_dir=self.store.path, best=best)
         structlog.contextvars.unbind_contextvars("run_id", "task", "round")
         return best
 
@@ -213,7 +213,7 @@ class Engine:
             return None
         plan = records.Plan(round=ctx.round, decision=decision, strategy=strategy, parent_id=ctx.parent.id if ctx.parent else None)
         self.store.append(records.PlanMade(plan=plan))
-        self.session.pm.hook.hiera_plan_made(session=self.session, plan=plan)
+        self.session.pm.hook.hiera_plan_made(context=self.session.context, plan=plan)
         return plan
 
     def _generated(self, round_: int, generate) -> records.CandidatesGenerated:
@@ -284,7 +284,7 @@ class Engine:
             if candidate.id in self.recorded:
                 evaluation = self.recorded[candidate.id].evaluation
                 self.history.append((candidate, evaluation))
-                hook.hiera_candidate_evaluated(session=self.session, candidate=candidate, evaluation=evaluation)
+                hook.hiera_candidate_evaluated(context=self.session.context, candidate=candidate, evaluation=evaluation)
             else:
                 pending.append(self._job(candidate))
         for job, evaluation in self.session.executor.run(pending, self.evaluate):
@@ -294,7 +294,7 @@ class Engine:
         latency = best_eval.latency_ms if isinstance(best_eval, Measured) else None
         if not any(isinstance(e, records.RoundFinished) and e.round == round_ for e in self.store.events):
             self.store.append(records.RoundFinished(round=round_, best_candidate_id=best.id if best else None, best_latency_ms=latency))
-        hook.hiera_round_finished(session=self.session, round=round_, best=best, best_latency_ms=latency)
+        hook.hiera_round_finished(context=self.session.context, round=round_, best=best, best_latency_ms=latency)
 
     def _job(self, candidate: Candidate, *, remeasure: bool = False) -> EvalJob:
         workdir = self.store.candidate_dir(candidate.id)
@@ -327,7 +327,7 @@ class Engine:
         self.recorded[candidate.id] = event
         self.history.append((candidate, evaluation))
         log.info("candidate_evaluated", candidate=candidate.id, outcome=type(evaluation).__name__)
-        self.session.pm.hook.hiera_candidate_evaluated(session=self.session, candidate=candidate, evaluation=evaluation)
+        self.session.pm.hook.hiera_candidate_evaluated(context=self.session.context, candidate=candidate, evaluation=evaluation)
 
     def _evaluate_baselines(self) -> None:
         """The workload's baselines, each evaluated once per run like a candidate (outside the budget)."""

@@ -3,8 +3,9 @@
 Registration hooks (`hiera_register_<kind>`) are called once, when the session collects its
 registries, before any configuration is structured; each returns a list of classes whose `name`
 ClassVar is their identity. Observer hooks (`hiera_<noun>_<past tense>`) are called by the engine as
-things happen; their return values are ignored and an exception in one stops the run, so keep them
-cheap and robust. A plugin implements them with `from hiera_core import hookimpl`.
+things happen, with the run's read-only `RunContext` (`hiera_core.context`), never the session; their
+return values are ignored and an exception in one stops the run, so keep them cheap and robust. A plugin
+implements them with `from hiera_core import hookimpl`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
         Search,
         Workload,
     )
+    from hiera_core.context import RunContext
     from hiera_core.records import Candidate, Evaluation, Plan, RunManifest
-    from hiera_core.session import Session
 
 PROJECT = "hiera"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -98,28 +99,28 @@ def hiera_register_commands(commands: argparse._SubParsersAction) -> None:
 
 
 @hookspec
-def hiera_run_started(session: Session, manifest: RunManifest, run_dir: Path) -> None:
+def hiera_run_started(context: RunContext, manifest: RunManifest, run_dir: Path) -> None:
     """Called once a run directory is ready, before the initial candidate is evaluated (and again
     when a run is resumed)."""
 
 
 @hookspec
-def hiera_plan_made(session: Session, plan: Plan) -> None:
+def hiera_plan_made(context: RunContext, plan: Plan) -> None:
     """Called when a round's space, direction scores and strategy are known and on disk (not for
     plans read back on resume, nor in `--no-planning` runs, which make none)."""
 
 
 @hookspec
-def hiera_candidate_evaluated(session: Session, candidate: Candidate, evaluation: Evaluation) -> None:
+def hiera_candidate_evaluated(context: RunContext, candidate: Candidate, evaluation: Evaluation) -> None:
     """Called after each candidate's evaluation is on disk (also for records replayed on resume)."""
 
 
 @hookspec
-def hiera_round_finished(session: Session, round: int, best: Candidate | None, best_latency_ms: float | None) -> None:
+def hiera_round_finished(context: RunContext, round: int, best: Candidate | None, best_latency_ms: float | None) -> None:
     """Called at the end of every round (round 0 is the initial candidate) with the best so far."""
 
 
 @hookspec
-def hiera_run_finished(session: Session, run_dir: Path, best: Candidate | None) -> None:
+def hiera_run_finished(context: RunContext, run_dir: Path, best: Candidate | None) -> None:
     """Called once per run (or resume), after the winner was re-measured and `report.md` written;
     `best` is None when no candidate was valid."""

@@ -10,6 +10,7 @@ import structlog
 
 from hiera_core import sandbox
 from hiera_core.config import ConfigError, HieraConfig, RunConfig, structure, unstructure
+from hiera_core.context import RunContext
 from hiera_core.plugins import KINDS, Registry, UnknownName, collect, run_defaults
 from hiera_core.protocols import (
     Architecture,
@@ -54,6 +55,8 @@ class Session:
     directions: dict[str, Direction]
     spaces: list[ImplementationSpace]
     """Ordered by rank, most controlled first."""
+    context: RunContext
+    """What backends and observers read about the run."""
     notices: list[str] = attrs.field(factory=list)
     """One-line messages for the user (e.g. the architecture chosen by `auto`)."""
 
@@ -101,7 +104,14 @@ class Session:
         if not evaluators:
             raise ConfigError(f"no evaluator serves architecture '{arch_name}' (candidates of kind '{kind}')")
         spaces = sorted((build("space", n) for n in registries["spaces"].names()), key=lambda s: s.rank)
-        session = cls(
+        if run.space != "adaptive" and run.space not in {s.name for s in spaces}:
+            raise UnknownName("space", run.space, ["adaptive", *(s.name for s in spaces)])
+        _check_search(run, registries)
+        directions = {n: build("direction", n) for n in sorted(
+            registries["directions"].names(), key=lambda n: (getattr(registries["directions"].get(n), "order", 100), n))}
+        context = RunContext(run=run, workload=workload, task=task, arch=arch_name, kind=getattr(arch, "kind", arch_name),
+                             spaces=tuple(spaces), directions=directions)
+        return cls(
             pm=pm,
             config=config,
             registries=registries,
@@ -109,19 +119,14 @@ class Session:
             workload=workload,
             task=task,
             arch=arch,
-            backend=None,  # type: ignore[arg-type]  # built below: a backend gets the session
+            backend=build("backend", run.backend, context),
             executor=build("executor", run.executor),
             evaluators=evaluators,
-            directions={n: build("direction", n) for n in sorted(
-                registries["directions"].names(), key=lambda n: (getattr(registries["directions"].get(n), "order", 100), n))},
+            directions=directions,
             spaces=spaces,
+            context=context,
             notices=notices,
         )
-        if run.space != "adaptive" and run.space not in {s.name for s in spaces}:
-            raise UnknownName("space", run.space, ["adaptive", *(s.name for s in spaces)])
-        _check_search(run, registries)
-        session.backend = build("backend", run.backend, session)
-        return session
 
     @property
     def arch_name(self) -> str:
@@ -130,13 +135,10 @@ class Session:
     @property
     def arch_kind(self) -> str:
         """The kind of candidate the architecture runs (`Architecture.kind`): what workloads and evaluators serve."""
-        return getattr(self.arch, "kind", self.arch.name)
+        return self.context.kind
 
     def space(self, name: str) -> ImplementationSpace:
-        for space in self.spaces:
-            if space.name == name:
-                return space
-        raise UnknownName("space", name, [s.name for s in self.spaces])
+        return self.context.space(name)
 
     def allowed_spaces(self) -> list[str]:
         """The spaces planning may choose this run: all, or the one fixed by `--space`."""

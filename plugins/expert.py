@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import attrs
 
 from hiera_core import AgentAnswer, AgentRequest, Template, hookimpl
+from hiera_core.context import RunContext
 from hiera_core.records import Candidate, Measured
 
 
@@ -42,9 +43,9 @@ class ExpertBackend:
     searches: ClassVar[tuple[str, ...]] = ("hiera",)
     """It answers HIERA's own roles only: the baselines need a model."""
 
-    def __init__(self, config: ExpertConfig, session: Any) -> None:
+    def __init__(self, config: ExpertConfig, context: RunContext) -> None:
         self.config = config
-        self.session = session
+        self.context = context
 
     def answer(self, request: AgentRequest) -> AgentAnswer:
         handler = {"ssda": self.select_space, "spa": self.plan_strategy, "oa": self.generate_candidates}[request.role]
@@ -57,7 +58,7 @@ class ExpertBackend:
         widest = ctx["allowed_spaces"][-1]
         stalled = self._stalled_direction(ctx)
         scores, reasons = {}, []
-        for name, direction in self.session.directions.items():
+        for name, direction in self.context.directions.items():
             try:
                 score, reason = direction.score(profile)
             except Exception as exc:
@@ -72,7 +73,7 @@ class ExpertBackend:
             scores[name] = round(score, 3)
             reasons.append(reason)
         top = max(scores, key=lambda d: (scores[d], -list(scores).index(d)))
-        rank = {s.name: s.rank for s in self.session.spaces}
+        rank = {s.name: s.rank for s in self.context.spaces}
         keeps_parent = [s for s in ctx["allowed_spaces"] if rank[s] >= self._parent_rank(ctx, rank)] or ctx["allowed_spaces"]
         space = next((s for s in keeps_parent if next(self._moves(ctx, top, s, pairs=False), None) is not None), widest)
         rationale = "; ".join(reasons) + (
@@ -88,7 +89,7 @@ class ExpertBackend:
             return 0
         needed = [
             rank[knob.space]
-            for template in self.session.workload.templates(ctx["task"], ctx["kind"])
+            for template in self.context.workload.templates(ctx["task"], ctx["kind"])
             if parent.origin.split()[:1] == [template.name]
             for name, knob in template.knobs.items()
             if parent.params.get(name, knob.values[0]) != knob.values[0]
@@ -98,22 +99,22 @@ class ExpertBackend:
     def plan_strategy(self, ctx: Mapping[str, Any]) -> dict[str, Any]:
         decision = ctx["decision"]
         # The catalogue entry of the space the direction's knobs live in: that is what the moves change.
-        rank = {s.name: s.rank for s in self.session.spaces}
+        rank = {s.name: s.rank for s in self.context.spaces}
         knob_ranks = [
             rank[knob.space]
-            for template in self.session.workload.templates(ctx["task"], ctx["kind"])
+            for template in self.context.workload.templates(ctx["task"], ctx["kind"])
             for knob in template.knobs.values()
             if knob.direction == decision.direction and rank[knob.space] <= rank[decision.space]
         ]
-        home = next((s.name for s in self.session.spaces if s.rank == min(knob_ranks)), decision.space) if knob_ranks else decision.space
-        strategy = self.session.directions[decision.direction].strategies(self.session.space(home).rank)[0]
+        home = next((s.name for s in self.context.spaces if s.rank == min(knob_ranks)), decision.space) if knob_ranks else decision.space
+        strategy = self.context.directions[decision.direction].strategies(self.context.space(home).rank)[0]
         return {"name": strategy.name, "steps": list(strategy.steps), "constraints": list(strategy.constraints)}
 
     def generate_candidates(self, ctx: Mapping[str, Any]) -> dict[str, Any]:
         strategy = ctx["strategy"]
         if strategy is None:  # --no-planning: every direction, round robin, in the widest space
             space = ctx["allowed_spaces"][-1]
-            streams = [self._moves(ctx, d, space) for d in self.session.directions]
+            streams = [self._moves(ctx, d, space) for d in self.context.directions]
             moves = _round_robin(streams)
         else:
             moves = self._moves(ctx, strategy.direction, strategy.space)
@@ -133,8 +134,8 @@ class ExpertBackend:
     ) -> Iterator[tuple[Template, dict, str | None]]:
         """Untried parameter moves of `direction` admissible in `space`: its own knobs one at a time,
         then (with `pairs`) one of its knobs together with any other admissible knob."""
-        templates = self.session.workload.templates(ctx["task"], ctx["kind"])
-        rank = {s.name: s.rank for s in self.session.spaces}
+        templates = self.context.workload.templates(ctx["task"], ctx["kind"])
+        rank = {s.name: s.rank for s in self.context.spaces}
         tried = {c.source for c, _ in ctx["history"]}
         seen: set[str] = set()
         for group in self._parent_groups(ctx):

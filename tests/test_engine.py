@@ -4,6 +4,7 @@ import itertools
 import types
 from pathlib import Path
 
+import attrs
 import pluggy
 import pytest
 
@@ -23,7 +24,7 @@ class Recorder:
         self.calls = []
 
     @hookimpl
-    def hiera_run_started(self, session, manifest, run_dir):
+    def hiera_run_started(self, context, manifest, run_dir):
         self.calls.append(("run_started", manifest.run_id))
 
     @hookimpl
@@ -203,7 +204,7 @@ def test_without_a_profile_the_expert_moves_a_direction_that_has_a_move(tmp_path
     session = Session.create(config, make_plugin_manager())
     kernelbench = KernelBench(KernelBenchConfig(root=str(Path(__file__).parent / "plugins" / "kernelbench_tasks"), level=2))
     [task] = [t for t in kernelbench.tasks() if t.name == "1_Gemm_ReLU_Scaling"]
-    object.__setattr__(session, "workload", kernelbench)
+    session.backend.context = attrs.evolve(session.context, workload=kernelbench, kind="cuda")
     source, params, origin = kernelbench.seed(task, "cuda")
     seed = records.Candidate(id="s", source=source, space="libraries_pytorch", round=0, origin=origin, params=params)
     rejected = records.StaticRejected(reason="no profile")

@@ -71,7 +71,7 @@ class ScriptedModel:
     in_flight = {"now": 0, "most": 0}
     lock = threading.Lock()
 
-    def __init__(self, config, session):
+    def __init__(self, config, context):
         pass
 
     def answer(self, request):

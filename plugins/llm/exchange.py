@@ -123,7 +123,7 @@ class ExchangeBackend:
     name: ClassVar[str] = "exchange"
     config_class: ClassVar[type] = ExchangeConfig
 
-    def __init__(self, config: ExchangeConfig, session: Any) -> None:
+    def __init__(self, config: ExchangeConfig, context: Any) -> None:
         self.config = config
         self.folder = ExchangeFolder(Path(config.dir))
         self.parallel_requests = config.concurrency

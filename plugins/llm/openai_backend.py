@@ -72,7 +72,7 @@ class OpenAIBackend:
     name: ClassVar[str] = "openai"
     config_class: ClassVar[type] = OpenAIConfig
 
-    def __init__(self, config: OpenAIConfig, session: Any) -> None:
+    def __init__(self, config: OpenAIConfig, context: Any) -> None:
         import openai
 
         # The client's debug logs repeat every prompt and connection step; the run's answer cache and

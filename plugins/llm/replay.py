@@ -38,7 +38,7 @@ class ReplayBackend:
     name: ClassVar[str] = "replay"
     config_class: ClassVar[type] = ReplayConfig
 
-    def __init__(self, config: ReplayConfig, session: Any) -> None:
+    def __init__(self, config: ReplayConfig, context: Any) -> None:
         if not config.source:
             raise BackendError("the replay backend needs a recorded run: hiera run --replay RUN_DIR")
         folder = Path(config.source) / ANSWER_CACHE

@@ -21,8 +21,8 @@ class ScriptedBackend:
     name: ClassVar[str] = "scripted"
     config_class: ClassVar[type | None] = None
 
-    def __init__(self, config, session):
-        self.session = session
+    def __init__(self, config, context):
+        self.context = context
 
     def answer(self, request):
         if request.role == "ssda":

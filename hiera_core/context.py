@@ -1,0 +1,39 @@
+"""The run context: what a plugin serving a run (a backend, an observer) may read about it.
+
+Read-only and built once per run, before any backend, so a backend is constructed complete
+(`cls(config, context)`) and never reaches around its requests into the session.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+
+import attrs
+
+from hiera_core.config import RunConfig
+from hiera_core.plugins import UnknownName
+from hiera_core.protocols import Direction, ImplementationSpace, Workload
+from hiera_core.records import Task
+
+
+@attrs.frozen(kw_only=True)
+class RunContext:
+    run: RunConfig
+    """The `[run]` settings in force (plugin defaults filled in)."""
+    workload: Workload
+    task: Task
+    arch: str
+    """The architecture's name."""
+    kind: str
+    """The architecture's kind (`Architecture.kind`): what the workload's side and templates are for."""
+    spaces: tuple[ImplementationSpace, ...]
+    """Every registered space, most controlled (lowest rank) first."""
+    directions: Mapping[str, Direction] = attrs.field(converter=types.MappingProxyType)
+    """Every registered direction by letter, in the directions' order."""
+
+    def space(self, name: str) -> ImplementationSpace:
+        for space in self.spaces:
+            if space.name == name:
+                return space
+        raise UnknownName("space", name, [s.name for s in self.spaces])
