@@ -22,7 +22,7 @@ from hiera_core.config import (
     load_config,
     structure,
 )
-from hiera_core.engine import Engine, create_run, evaluate_source, tables_in_use
+from hiera_core.engine import Engine, check_replayable, create_run, evaluate_source, tables_in_use
 from hiera_core.logging import configure_logging
 from hiera_core.plugins import PluginError, UnknownName, collect, describe_plugins, make_plugin_manager
 from hiera_core.protocols import BackendError, StagePassed
@@ -225,7 +225,9 @@ def _replay_config(args: argparse.Namespace) -> HieraConfig:
     table = {key: dict(value) if isinstance(value, dict) else value for key, value in store.manifest.config.items()}
     table["run"] = {**table.get("run", {}), "backend": "replay", "run_dir": ""}
     table["backend"] = {**table.get("backend", {}), "replay": {"source": str(args.replay.resolve())}}
-    table = tables_in_use(table, store, make_plugin_manager(extra_plugins=args.plugins))
+    pm = make_plugin_manager(extra_plugins=args.plugins)
+    check_replayable(store, pm)
+    table = tables_in_use(table, store, pm)
     keys = {key: value for key, value in _cli_run_keys(args).items() if key != "backend"}
     return config_from_table(table, source=f"{args.replay}/manifest.json", cli=keys, overrides=args.overrides)
 

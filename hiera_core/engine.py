@@ -91,6 +91,26 @@ def _stages(event: records.Event) -> list[str]:
     return []
 
 
+def check_replayable(store: RunStore, pm: pluggy.PluginManager) -> None:
+    """A recorded run replays only with the directions its plans scored: each recorded space decision scores
+    those and no other, so with one installed since (or one gone) no recorded answer is usable and every round's
+    planning would fail. Raise a PluginError saying which, and which plugin to leave out."""
+    scored = {d for event in store.events if isinstance(event, records.PlanMade) for d in event.plan.decision.scores}
+    if not scored:  # nothing was planned (--no-planning, a baseline, no round): no recorded answer scores directions
+        return
+    installed = set(collect(pm, "directions").names())
+    if installed - scored:
+        added = sorted(installed - scored)
+        plugins = sorted({impl.plugin_name for impl in pm.hook.hiera_register_directions.get_hookimpls()
+                          if any(cls.name in added for cls in impl.function() or ())})
+        raise PluginError(f"{store.path} cannot be replayed with direction(s) {', '.join(added)}: its plans scored only"
+                          f" {', '.join(sorted(scored))}, and no recorded answer scores the others; replay it without"
+                          f" them: HIERA_DISABLE_PLUGINS={','.join(plugins)}")
+    if scored - installed:
+        raise PluginError(f"{store.path} cannot be replayed: its plans scored direction(s)"
+                          f" {', '.join(sorted(scored - installed))}, which no installed plugin provides now")
+
+
 class Engine:
     """Runs (or resumes) one optimization of one task, writing everything to a RunStore."""
 

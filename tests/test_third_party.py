@@ -187,6 +187,32 @@ def test_a_pip_installed_plugin_shows_up_and_runs(tmp_path):
     assert len(measured) == 2
 
 
+def test_a_run_recorded_before_a_direction_was_installed_replays_only_without_it(tmp_path):
+    """Its plans scored C M P R T and no recorded answer scores acme's V: with V installed every round's planning
+    would fail, so the replay refuses in one line naming the plugin to leave out, and replays the run without it."""
+    small = ["--workload", "stencil2d", "--arch", "host", "--set", "workload.stencil2d.host_n=32", "--set", "run.remeasure=false"]
+    recorded = run_hiera(*small, "--rounds", "1", "--population", "2", "--run-dir", "recorded", cwd=tmp_path)
+    assert recorded.returncode == 0, recorded.stderr
+    env = pip_install(tmp_path, "hiera-acme", "hiera_acme", PLUGIN)
+
+    refused = run_hiera("run", "--replay", "recorded", "--run-dir", "again", cwd=tmp_path, env=env)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        f"hiera: error: {tmp_path / 'recorded'} cannot be replayed with direction(s) V: its plans scored only C, M, P, R, T,"
+        " and no recorded answer scores the others; replay it without them: HIERA_DISABLE_PLUGINS=acme"
+    ]
+    replayed = run_hiera("run", "--replay", "recorded", "--run-dir", "again", cwd=tmp_path, env={**env, "HIERA_DISABLE_PLUGINS": "acme"})
+    assert replayed.returncode == 0, replayed.stderr
+    decisions = [[e.plan.decision for e in RunStore.open(tmp_path / run).events if isinstance(e, records.PlanMade)]
+                 for run in ("recorded", "again")]
+    assert len(decisions[0]) == 1 and decisions[1] == decisions[0]
+
+    gone = run_hiera("run", "--replay", "recorded", "--run-dir", "later", cwd=tmp_path, env={"HIERA_DISABLE_PLUGINS": "direction-t"})
+    assert gone.returncode == 2
+    assert gone.stderr.splitlines() == [f"hiera: error: {tmp_path / 'recorded'} cannot be replayed: its plans scored"
+                                        " direction(s) T, which no installed plugin provides now"]
+
+
 ARCH_PLUGIN = '''
 """hiera-acme-cpu: an architecture `acme-cpu` for C candidates (kind `host`) and a space `acme_asm`."""
 import os
