@@ -90,8 +90,8 @@ class Workload(Protocol):
     def harness(self, task: Task, arch: str) -> Any:
         """Return the object the architecture's judge and runner processes use to make inputs, run the
         reference and compare (the judge) and call a candidate (the runner). Called inside those processes,
-        never in the planning process. Its interface is the architecture's to define (the `host` one is
-        documented in `hiera_plugins.host.judge`, the `cuda` one in `hiera_plugins.cuda.judge`)."""
+        never in the planning process. Its interface is the architecture kind's to define, as a Protocol
+        (`hiera_plugins.host.harness.HostHarness`, `hiera_plugins.cuda.harness.CudaHarness`)."""
         ...
 
     # Optional: `baselines(task, arch) -> list[records.Baseline]`, implementations users compare against;

@@ -172,3 +172,36 @@ def test_the_run_log_keeps_every_hiera_event_and_only_warnings_of_other_librarie
     lines = [json.loads(line) for line in (tmp_path / "hiera.log.jsonl").read_text().splitlines()]
     assert [line["event"] for line in lines] == ["candidate_built", "a real warning"]
     logging.getLogger().handlers.clear()
+
+
+CORE_ALONE = '''
+import importlib, os, pkgutil, sys
+from importlib.metadata import entry_points
+
+class Block:  # the built-in plugins' packages are gone
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("hiera_plugins", "hiera_workloads", "hiera_directions", "hiera_contracts"):
+            raise ImportError(f"deleted: {name}")
+
+sys.meta_path.insert(0, Block())
+import hiera_core
+for module in pkgutil.walk_packages(hiera_core.__path__, "hiera_core."):
+    importlib.import_module(module.name)
+os.environ["HIERA_DISABLE_PLUGINS"] = ",".join(ep.name for ep in entry_points(group="hiera") if ep.dist.name == "hiera")
+from hiera_core.cli import main
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+def test_the_core_imports_and_answers_with_every_built_in_plugin_deleted(tmp_path):
+    """hiera_core imports no plugin: with the built-in packages gone, every core module imports, and the command
+    line still answers, naming what is missing in one line."""
+    def hiera(*args):
+        return subprocess.run([sys.executable, "-c", CORE_ALONE, *args], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+    listing = hiera("plugins")
+    assert listing.returncode == 0 and "direction" not in listing.stdout, listing.stdout + listing.stderr
+    done = hiera("--rounds", "1")
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("hiera: error: no workload given, and no installed plugin is the default one"
+                                   " (choose with --workload: none installed)")

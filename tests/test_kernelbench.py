@@ -13,7 +13,8 @@ import torch
 from conftest import run_hiera
 from hiera_core.cli import main
 from hiera_core.plugins import collect, make_plugin_manager
-from hiera_plugins.cuda.checks import hack_in_source
+from hiera_core.source_rules import violation
+from hiera_plugins.cuda.checks import SOURCE_RULES, hack_in_source
 from hiera_core import NoSeed
 from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
 from hiera_plugins.spaces import LibrariesPytorch
@@ -22,6 +23,11 @@ ROOT = Path(__file__).parent / "plugins" / "kernelbench_tasks"
 PLUGIN = [] if any(ep.value == "hiera_workloads.kernelbench" for ep in entry_points(group="hiera")) else [
     "--plugin", "hiera_workloads.kernelbench"]
 """Until pyproject.toml registers the plugin, the CLI loads it by name."""
+
+
+def cuda_rules(source, rank):
+    """Why the cuda architecture's source rules refuse `source` in a space of `rank`, or None."""
+    return violation(source, SOURCE_RULES, rank)
 
 
 def workload(level=1, tasks="", root=str(ROOT)):
@@ -146,7 +152,7 @@ def test_the_seed_is_an_aten_translation_that_passes_the_static_checks():
     for name in ("1_Tiny_matmul", "2_Tiny_ReLU", "4_Scale_by_scalar", "1_Gemm_ReLU_Scaling"):
         source = seeds[name][0]
         assert source is not None, seeds[name][1]
-        assert LibrariesPytorch(None).check_source(source, "cuda") is None
+        assert cuda_rules(source, LibrariesPytorch.rank) is None
         assert hack_in_source(source, "float32") is None
     assert "at::matmul(A, B)" in seeds["1_Tiny_matmul"][0]
     assert "(A * s)" in seeds["4_Scale_by_scalar"][0]
@@ -161,7 +167,7 @@ def test_the_seed_is_an_aten_translation_that_passes_the_static_checks():
 def test_hiera_contracts_writes_each_task_and_lists_the_failures(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
-    code = main(["contracts", "--workload", "kernelbench", "--level", "1", "--out", str(out),
+    code = main(["contracts", "--workload", "kernelbench", "--arch", "cuda", "--set", "workload.kernelbench.level=1", "--out", str(out),
                  "--set", f"workload.kernelbench.root={json.dumps(str(ROOT))}",
                  *PLUGIN])
     printed = capsys.readouterr().out
@@ -173,7 +179,8 @@ def test_hiera_contracts_writes_each_task_and_lists_the_failures(tmp_path, capsy
                                                                   "cuda_source.cu"}
     assert "roll" in (out / "5_Softmax_of_sum" / "NO_SEED").read_text()
 
-    code = main(["contracts", "--workload", "kernelbench", "--level", "2", "--tasks", "1", "--out", str(out / "l2"),
+    code = main(["contracts", "--workload", "kernelbench", "--arch", "cuda", "--set", "workload.kernelbench.level=2",
+                 "--set", "workload.kernelbench.tasks='1'", "--out", str(out / "l2"),
                  "--set", f"workload.kernelbench.root={json.dumps(str(ROOT))}", *PLUGIN])
     assert code == 0 and (out / "l2" / "1_Gemm_ReLU_Scaling" / "params_semantics.json").is_file()
 
@@ -193,7 +200,7 @@ def test_the_expert_fuses_each_pointwise_chain_into_one_generated_kernel():
     assert "v = max_nan(v, 0.0f);" in fused and "v = (v * 0.5f);" in fused
     assert "v = (v + o0[u].v[e]);" in fused
     assert "pointwise_0(" in fused and ", {bias});" in fused
-    assert LibrariesPytorch(None).check_source(fused, "cuda") is None and hack_in_source(fused, "float32") is None
+    assert cuda_rules(fused, LibrariesPytorch.rank) is None and hack_in_source(fused, "float32") is None
 
     w1 = workload(1)
     matmul = by_name(w1)["1_Tiny_matmul"]
@@ -237,7 +244,7 @@ def test_a_forward_that_is_one_pointwise_chain_gets_a_pure_cuda_candidate_that_b
     [template] = w1.templates(by_name(w1)["2_Tiny_ReLU"], "cuda")
     kernel = template.render({"pointwise_kernel": True})
     assert "Pure CUDA" in kernel and "return pointwise_0(x, {});" in kernel and "v = max_nan(v, 0.0f);" in kernel
-    assert PureCuda(None).check_source(kernel, "cuda") is None and hack_in_source(kernel, "float32") is None
+    assert cuda_rules(kernel, PureCuda.rank) is None and hack_in_source(kernel, "float32") is None
     [matmul] = w1.templates(by_name(w1)["1_Tiny_matmul"], "cuda")
     assert matmul.render({"pointwise_kernel": True}) == matmul.render({})  # no chain: the move does not exist
     if find_cuda_home() is None:
@@ -566,7 +573,7 @@ def test_a_forward_torch_fx_cannot_trace_is_lowered_to_aten_operators_and_the_se
     assert source is not None, reason
     assert "lowered to ATen operators" in source and "at::_ops::split_Tensor::call(" in source
     assert "wrapped(0.35355339059327373)" in source and "at::_ops::cat::call(" in source
-    assert CudaLibraries(None).check_source(source, "cuda") is not None  # a libraries_pytorch seed
+    assert cuda_rules(source, CudaLibraries.rank) is not None  # a libraries_pytorch seed
     assert hack_in_source(source, "float32") is None  # `wrapped` is a function, not a static tensor
     binding = w.contract(task, "cuda").files["cpp_source.cpp"]
     extension = load_inline("lowered_seed", cpp_sources=[source + binding], build_directory=str(tmp_path),

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from hiera_core.protocols import UnsupportedArchitecture
+from hiera_plugins.host.harness import HostHarness
 from hiera_workloads.stencil2d.host import HostStencilHarness, HostStencilTemplate
 from hiera_workloads.stencil2d.reference import reference, stencil_weights
 from hiera_workloads.stencil2d.workload import Stencil2D, Stencil2DConfig
@@ -158,6 +159,7 @@ def test_kernel_matches_reference(kernels, name, radius):
 def test_seed_and_best_pass_every_judge_check(kernels):
     workload = Stencil2D(Stencil2DConfig(host_n=96, steps=2))
     harness = workload.harness(workload.tasks()[0], "host")
+    assert isinstance(harness, HostHarness)  # the host kind's one harness interface
     for name in ("seed", "split-unroll4-block256-threads0", "streaming-unroll8-block128-threads2"):
         assert mismatches(kernels[name], harness) == [], name
 

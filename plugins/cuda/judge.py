@@ -14,22 +14,8 @@ output buffer with NaN, orders the call, and reads the output buffer and the inp
 3. one more checked call under the runner's profiler and a dispatcher log: the kernels and ATen operators
    it really ran, for the runtime space check (a claim of the runner's: the binary check is the judge's).
 
-The workload's harness (`Workload.harness(task, "cuda")`) supplies the semantics:
-
-    entry (the bound function), dtype, distributions, tolerance -> (rtol, atol); an element passes when
-        |out - ref| <= atol * max(1, rms(ref)) + rtol * |ref|
-    correctness_cases(remeasure) -> [case dict with "label"; "first_seed_only": True runs a large case
-        with the first seed and distribution only], seeds(remeasure) -> (int, ...)
-    make_inputs(case, seed, distribution) -> [Tensor, ...] on the GPU (positional arguments)
-    optional: compiled_baseline() -> a callable like baseline, the reference under torch.compile (timed on
-        the final re-measurement, when the request asks for it)
-    optional: pytorch_error_factor -> a candidate whose largest error is at most this times the baseline's own
-        (eager FP32) error on the same inputs passes even where elements exceed the tolerance
-    optional: call_seed -> int or None: the RNG seed every call of the candidate and the baseline starts
-        from (the references were computed from it: a task that draws random numbers)
-    reference(case, inputs) -> Tensor (FP64), baseline(inputs) -> Tensor (the timed PyTorch reference)
-    timing_case() -> case
-    optional: reference_engine -> str, what computes the reference (the report names it)
+The workload's harness (`Workload.harness(task, "cuda")`, a `hiera_plugins.cuda.harness.CudaHarness`)
+supplies the semantics.
 """
 
 from __future__ import annotations

@@ -6,14 +6,8 @@ the runner's processes, and reads the output and the inputs back itself. Timed c
 seen before; a secret random share of them (at least two) is checked against a reference computed here.
 Each call is timed by the runner's clock and bounded by the judge's own (`judging.bound_timing`).
 
-The workload's harness (`Workload.harness(task, "host")`) supplies the semantics:
-
-    symbol, distributions, tolerance -> (rtol, atol)
-    correctness_cases(remeasure) -> [case dict with "label", "first_seed_only"], seeds(remeasure) -> (int, ...)
-    make_inputs(case, seed, distribution) -> {name: ndarray}, reference(case, inputs) -> ndarray
-    output(case) -> ndarray (shape and dtype of the output), call(lib, case, inputs, out) (runner side),
-    timing_case(), cache_case(), points(case)
-    optional: reference_engine -> str, what computes the reference (the report names it)
+The workload's harness (`Workload.harness(task, "host")`, a `hiera_plugins.host.harness.HostHarness`)
+supplies the semantics.
 """
 
 from __future__ import annotations
