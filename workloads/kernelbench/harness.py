@@ -1,4 +1,4 @@
-"""The cuda judge's harness for a KernelBench task (interface: `hiera_plugins.cuda.judge`'s docstring).
+"""The cuda judge's harness for a KernelBench task (a `hiera_plugins.cuda.harness.CudaHarness`).
 
 Positional inputs are the `get_inputs()` tensors on the GPU followed by the model's parameters and buffers, in
 the binding's order; scalar forward arguments are not passed (the binding's defaults hold their values). The
