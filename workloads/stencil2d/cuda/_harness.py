@@ -1,0 +1,115 @@
+"""The judge's harness for stencil2d candidates on a GPU: cases, inputs, the CuPy FP64 reference and the
+PyTorch conv2d baseline.
+
+The harness checks candidates against an FP64 reference computed with CuPy (one shifted add per tap),
+independently of PyTorch; CuPy is a dependency of hiera, and a harness without it refuses to start. The
+timed baseline is PyTorch's `conv2d` (cuDNN) in FP64.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from hiera_core.records import Task
+from hiera_workloads.stencil2d.cuda._contract import ENTRY, TOLERANCE, check_sizes, grid
+from hiera_workloads.stencil2d.reference import draw_weights
+from hiera_workloads.stencil2d.reference import reference as shifted_add_reference
+
+
+def harness(task: Task) -> CudaStencilHarness:
+    p = task.params
+    return CudaStencilHarness(n=grid(task), radius=p["radius"], steps=p["steps"])
+
+
+class CudaStencilHarness:
+    """What the cuda judge and runner need to check and time `stencil2d` candidates of one task (see
+    `hiera_plugins.cuda.judge` for the interface).
+
+    A case is a JSON-able dict: `label`, `n` (the grid side) and `first_seed_only`: the task-size case
+    asks for the first seed and the first distribution only, to keep the check fast (the timed calls
+    check that size again on fresh inputs); the others use every seed and distribution. The inputs are
+    `[field, weights]` on the GPU; `steps` is the task's, the binding's default.
+    """
+
+    entry = ENTRY
+    dtype = "float64"
+    distributions = ("uniform", "spiky")
+    tolerance = TOLERANCE
+
+    def __init__(self, *, n: int, radius: int, steps: int) -> None:
+        self.n = n
+        self.radius = radius
+        self.steps = steps
+        self.reference_engine = _reference_engine()
+        """What computes the FP64 reference: `CuPy <version>`."""
+
+    def correctness_cases(self, remeasure: bool) -> list[dict[str, Any]]:
+        task = {"label": f"task n={self.n}", "n": self.n, "first_seed_only": True}
+        return [task] + [{"label": f"n={s}", "n": s, "first_seed_only": False} for s in check_sizes(self.n, remeasure)]
+
+    def seeds(self, remeasure: bool) -> tuple[int, ...]:
+        return (101, 102, 103) if remeasure else (1, 2, 3)
+
+    def timing_case(self) -> dict[str, Any]:
+        return {"label": f"task n={self.n}", "n": self.n, "first_seed_only": True}
+
+    def make_inputs(self, case: Mapping[str, Any], seed: int, distribution: str) -> list[Any]:
+        """`field`: uniform in [-1, 1], or spiky: 1% of the points (at least one) at +-[1, 100], the rest 0;
+        `weights`: any positive values summing to 1, drawn afresh (the contract's range). Generated on the GPU,
+        the same for the same (case, seed, distribution)."""
+        import torch
+
+        if distribution not in self.distributions:
+            raise ValueError(f"unknown distribution {distribution!r}; known: {', '.join(self.distributions)}")
+        n = case["n"]
+        state = np.random.SeedSequence([seed, n, self.distributions.index(distribution)]).generate_state(1)[0]
+        generator = torch.Generator(device="cuda").manual_seed(int(state))
+        options = {"dtype": torch.float64, "device": "cuda"}
+        if distribution == "uniform":
+            field = torch.rand(n, n, generator=generator, **options) * 2 - 1
+        else:
+            spikes = max(n * n // 100, 1)
+            where = torch.randperm(n * n, generator=generator, device="cuda")[:spikes]
+            sign = torch.randint(0, 2, (spikes,), generator=generator, device="cuda").to(torch.float64) * 2 - 1
+            field = torch.zeros(n * n, **options)
+            field[where] = (torch.rand(spikes, generator=generator, **options) * 99 + 1) * sign
+            field = field.view(n, n)
+        weights = draw_weights(self.radius, np.random.default_rng(int(state)))
+        return [field.contiguous(), torch.from_numpy(weights).to("cuda")]
+
+    def reference(self, case: Mapping[str, Any], inputs: list[Any]) -> Any:
+        """The FP64 result of `steps` shifted-add applications, computed with CuPy from the inputs."""
+        import torch
+
+        import cupy
+
+        field, weights = inputs
+        with cupy.cuda.Device(field.device.index):
+            result = shifted_add_reference(
+                cupy.from_dlpack(field.detach()), cupy.asnumpy(cupy.from_dlpack(weights.detach())),
+                self.steps, zeros=cupy.zeros,
+            )
+            cupy.get_default_memory_pool().free_all_blocks()  # the temporaries; `result` stays
+        return torch.from_dlpack(result)
+
+    def baseline(self, inputs: list[Any]) -> Any:
+        """What users compare against: PyTorch's conv2d (cuDNN) in FP64, applied `steps` times."""
+        import torch.nn.functional as F
+
+        field, weights = inputs
+        n, k = field.shape[0], weights.shape[0]
+        x = field.view(1, 1, n, n)
+        for _ in range(self.steps):
+            x = F.conv2d(x, weights.view(1, 1, k, k), padding=k // 2)
+        return x.view(n, n)
+
+
+def _reference_engine() -> str:
+    try:
+        import cupy
+    except ImportError as exc:
+        raise RuntimeError(f"the stencil2d reference needs CuPy (a dependency of hiera: pip install -e .): {exc}") from None
+    return f"CuPy {cupy.__version__} (FP64 shifted adds)"

@@ -1,0 +1,1 @@
+    stream_two_steps<false>(in, out, ring, n, xb, y0);

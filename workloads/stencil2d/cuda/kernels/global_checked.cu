@@ -1,0 +1,1 @@
+    thread_outputs<true>(in, out, n, x, y0);

@@ -1,0 +1,1 @@
+    stencil_step<<<grid, block, 0, stream>>>(in, out, n);

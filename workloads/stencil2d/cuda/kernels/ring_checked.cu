@@ -1,0 +1,1 @@
+    stream_strip<PAIRS, false>(in, out, ring, n, xb, y0);
