@@ -153,6 +153,24 @@ def test_render_rejects_unknown_values():
         TEMPLATE.render(params(block="16x16"))
 
 
+def test_every_kernel_file_the_package_ships_is_a_piece_of_some_source(monkeypatch):
+    """The CUDA text lives in the package's kernels/*.cu: rendering one source of each shape (with steps,
+    so the fused kernel too) reads every file shipped, and nothing else."""
+    from importlib import resources
+
+    from hiera_workloads.stencil2d.cuda import _template
+
+    folder = resources.files("hiera_workloads.stencil2d.cuda") / "kernels"
+    shipped = {f.name.removesuffix(".cu") for f in folder.iterdir() if f.name.endswith(".cu")}
+    read, piece = set(), _template._piece
+    monkeypatch.setattr(_template, "_piece", lambda name, **values: read.add(name) or piece(name, **values))
+    two = CudaStencilTemplate(radius=3, steps=2)
+    shapes = {two.describe(p): p for p in two.variants()}
+    for p in shapes.values():
+        two.render(p)
+    assert read == shipped and "ring" in shipped and "head" in shipped
+
+
 def test_the_harness_needs_no_gpu_to_exist():
     h = Stencil2D(Stencil2DConfig(n=2048, radius=2, steps=2)).harness(task(n=2048, radius=2, steps=2), "cuda")
     assert isinstance(h, CudaStencilHarness)
