@@ -26,7 +26,7 @@ def harness(task: Task) -> CudaStencilHarness:
 
 class CudaStencilHarness:
     """What the cuda judge and runner need to check and time `stencil2d` candidates of one task (see
-    `hiera_plugins.cuda.judge` for the interface).
+    `hiera_plugins.cuda.harness.CudaHarness` for the interface).
 
     A case is a JSON-able dict: `label`, `n` (the grid side) and `first_seed_only`: the task-size case
     asks for the first seed and the first distribution only, to keep the check fast (the timed calls
