@@ -1,1 +1,1 @@
-"""Built-in optimisation directions C, P, M, R, T. Each module is one plugin; none imports another."""
+"""Built-in optimisation directions C, P, M, R, T: what each is and how it scores (the architectures say the rest)."""

@@ -5,8 +5,9 @@ SPA (`Agents.plan_strategy`) turns space and direction into a strategy (Eq. 5); 
 sources (Eq. 6), as several requests in flight at once when the backend allows it. Every request carries
 the prompt a model reads and the same context as data, so a rule-based backend (`expert`) answers
 through the same path as a model. The role skeletons live here; the knowledge they quote belongs to the
-plugins that own it: a direction's knowledge, rubric and strategies, a space's description, a
-workload's contract, an architecture's toolchain.
+plugins that own it: a direction's description, the architecture plugins' knowledge, rubric and strategies
+of it (the run's `RunContext.knowledge`), a space's description, a workload's contract, an architecture's
+toolchain.
 
 Every call goes through the run's answer cache (`cache/llm/<key>.json`, the key a hash of the request):
 an identical request is answered from it without calling the backend (a resumed run pays nothing twice),
@@ -524,9 +525,11 @@ class Agents:
 
     def select_space(self, ctx: PlanningContext) -> SpaceDecision:
         """SSDA: choose the space among `ctx.allowed_spaces` and score every direction."""
-        directions = self.session.directions
+        directions, knowledge = self.session.directions, self.session.context.knowledge
         spaces = "\n".join(f"- {s.name}: {s.description}" for s in self.session.spaces if s.name in ctx.allowed_spaces)
-        rubric = "\n".join(f"- {d.name} ({d.title}): {d.description}\n  Rubric: {d.rubric}" for d in directions.values())
+        rubric = "\n".join(
+            f"- {d.name} ({d.title}): {d.description}\n  Rubric: {knowledge[d.name].rubric}" for d in directions.values()
+        )
         schema = ssda_schema(ctx.allowed_spaces, list(directions))
         example = {"space": ctx.allowed_spaces[0], "scores": {d: 0.5 for d in directions}, "rationale": "which evidence, which headroom"}
         prompt = _join(
@@ -558,9 +561,10 @@ class Agents:
     def plan_strategy(self, ctx: PlanningContext, decision: SpaceDecision) -> Strategy:
         """SPA: a concrete strategy for the decided space and its top direction."""
         direction = self.session.directions[decision.direction]
+        known = self.session.context.knowledge[decision.direction]
         catalogue = "\n".join(
             f"- {s.name}: " + " ".join(s.steps) + (f" Constraints: {' '.join(s.constraints)}" if s.constraints else "")
-            for s in direction.strategies(self.session.space(decision.space).rank)
+            for s in known.strategies_for(self.session.space(decision.space).rank)
         )
         scores = " ".join(f"{d}={s:.2f}" for d, s in decision.scores.items())
         example = {"name": "kebab-case-name", "steps": ["first concrete change", "second"], "constraints": ["what must stay true"]}
@@ -576,8 +580,9 @@ class Agents:
             _decisions_section(ctx),
             f"# Decision\nspace {decision.space}, direction {decision.direction} ({scores}). Rationale: {decision.rationale}",
             f"# Space {decision.space}\n{self.session.space(decision.space).description}",
-            f"# Direction {direction.name}: {direction.title}\n{direction.description}\n{direction.knowledge}",
-            f"# Known strategies for {direction.name} in {decision.space}\n{catalogue or '- none'}",
+            f"# Direction {direction.name}: {direction.title}\n{direction.description}\n{known.knowledge}",
+            f"# Known strategies for {direction.name} in {decision.space}\n"
+            + (catalogue or f"- none known here on '{self.session.context.kind}' architectures: devise one from the profile"),
             _answer_format(SPA_SCHEMA, example),
         )
 

@@ -13,7 +13,7 @@ import attrs
 
 from hiera_core.config import RunConfig
 from hiera_core.plugins import UnknownName
-from hiera_core.protocols import Direction, ImplementationSpace, Workload
+from hiera_core.protocols import Direction, DirectionKnowledge, ImplementationSpace, Workload
 from hiera_core.records import Task
 
 
@@ -31,6 +31,10 @@ class RunContext:
     """Every registered space, most controlled (lowest rank) first."""
     directions: Mapping[str, Direction] = attrs.field(converter=types.MappingProxyType)
     """Every registered direction by letter, in the directions' order."""
+    knowledge: Mapping[str, DirectionKnowledge] = attrs.field(converter=types.MappingProxyType)
+    """What the architecture plugins know of each direction on this run's kind (`hiera_direction_knowledge`), by
+    letter, an entry for every direction: one that no plugin knows of on this kind has texts that say so and no
+    strategies (`hiera_core.plugins.direction_knowledge`)."""
 
     def space(self, name: str) -> ImplementationSpace:
         for space in self.spaces:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from hiera_core.protocols import (
         Architecture,
         Direction,
+        DirectionKnowledge,
         Evaluator,
         Executor,
         ImplementationSpace,
@@ -56,6 +57,19 @@ def hiera_register_spaces() -> list[type[ImplementationSpace]]:
 @hookspec
 def hiera_register_directions() -> list[type[Direction]]:
     """Return the Direction classes this plugin provides; a direction's `name` is its letter."""
+
+
+@hookspec
+def hiera_direction_knowledge(direction: str, kind: str) -> DirectionKnowledge | None:
+    """Return what this plugin knows of direction `direction` (its letter) on architectures of kind `kind`
+    (`Architecture.kind`: `host`, `cuda`, a third party's): the knowledge and rubric the prompts quote and the
+    strategy catalogue by space rank (`DirectionKnowledge`), or None when it knows nothing of that pair.
+
+    Called once per run, when the session is built, for every registered direction and the run's kind; the
+    answers are the run's `RunContext.knowledge`. Not firstresult: every plugin is asked, and two answers for
+    one (direction, kind) are an error naming both plugins (what a prompt quotes never depends on which plugin
+    happened to load last). A direction no plugin answers for is still scored; its prompts say that nothing is
+    known of it on this kind, and it offers no strategies."""
 
 
 @hookspec

@@ -12,6 +12,7 @@ import attrs
 import pluggy
 
 from hiera_core import hookspecs
+from hiera_core.protocols import DirectionKnowledge
 
 ENTRY_POINT_GROUP = "hiera"
 """The entry-point group every plugin, built-in or third-party, registers in."""
@@ -133,6 +134,36 @@ def run_defaults(pm: pluggy.PluginManager) -> dict[str, str]:
                                   f" {key} ('{defaults[key][1]}', '{value}'): block one (HIERA_DISABLE_PLUGINS)")
             defaults[key] = (impl.plugin_name, value)
     return {key: value for key, (_, value) in defaults.items()}
+
+
+def direction_knowledge(pm: pluggy.PluginManager, directions: Iterable[str], kind: str) -> dict[str, DirectionKnowledge]:
+    """What the plugins know of each of `directions` on architectures of `kind` (`hiera_direction_knowledge`),
+    by letter. Two plugins answering for one direction are an error naming both; a direction none answers for
+    gets texts saying that nothing is known of it on `kind`, and no strategies."""
+    directions = list(directions)
+    answers: dict[str, tuple[str, DirectionKnowledge]] = {}
+    for impl in pm.hook.hiera_direction_knowledge.get_hookimpls():
+        for letter in directions:
+            arguments = {"direction": letter, "kind": kind}
+            answer = impl.function(**{name: arguments[name] for name in impl.argnames})
+            if answer is None:
+                continue
+            if not isinstance(answer, DirectionKnowledge):
+                raise PluginError(f"plugin '{impl.plugin_name}' answered hiera_direction_knowledge({letter!r}, {kind!r})"
+                                  f" with {type(answer).__name__}, not DirectionKnowledge")
+            if letter in answers:
+                raise PluginError(f"plugins '{answers[letter][0]}' and '{impl.plugin_name}' both give the knowledge of"
+                                  f" direction {letter} on '{kind}' architectures: block one (HIERA_DISABLE_PLUGINS)")
+            answers[letter] = (impl.plugin_name, answer)
+    return {letter: answers[letter][1] if letter in answers else _unknown(letter, kind) for letter in directions}
+
+
+def _unknown(letter: str, kind: str) -> DirectionKnowledge:
+    return DirectionKnowledge(
+        knowledge=f"- No installed plugin knows direction {letter} on '{kind}' architectures: no facts to quote.",
+        rubric=f"No installed plugin gives a rubric for {letter} on '{kind}' architectures: judge it from its"
+               " description and the signals it reads.",
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -122,9 +122,37 @@ class StrategyTemplate:
     constraints: tuple[str, ...] = ()
 
 
+def _ranked(catalogue: Iterable[Iterable[StrategyTemplate]]) -> tuple[tuple[StrategyTemplate, ...], ...]:
+    return tuple(tuple(own) for own in catalogue)
+
+
+@attrs.frozen(kw_only=True)
+class DirectionKnowledge:
+    """What one kind of architecture knows of one direction: the texts the prompts quote and the strategy
+    catalogue. An architecture's plugin gives it (`hiera_direction_knowledge(direction, kind)`), so that a
+    run on a CPU reads CPU facts and a run on a GPU reads GPU facts; the direction itself only scores."""
+
+    knowledge: str
+    """Expert knowledge, quoted in the strategy prompt (SPA)."""
+    rubric: str
+    """How to score the direction from this kind's profile signals, quoted in the space-decision prompt (SSDA)."""
+    strategies: tuple[tuple[StrategyTemplate, ...], ...] = attrs.field(default=(), converter=_ranked)
+    """The catalogue, one tuple per space rank, narrowest (rank 0) first, each most promising first; a rank
+    with nothing of its own is an empty tuple."""
+
+    def strategies_for(self, rank: int) -> tuple[StrategyTemplate, ...]:
+        """The strategies admissible in a space of `rank`: those of its own rank, then those of every narrower
+        rank (it admits them), widest first. A rank beyond the catalogue's last gets all of it (a third
+        party's wider space); any rank is valid."""
+        return tuple(strategy for own in reversed(self.strategies[: max(0, rank) + 1]) for strategy in own)
+
+
 @runtime_checkable
 class Direction(Protocol):
-    """One optimization direction (C, P, M, R, T or a third party's): knowledge and a scoring rule.
+    """One optimization direction (C, P, M, R, T or a third party's): what it is and how to score it.
+
+    What the prompts quote about it (knowledge, rubric, strategy catalogue) depends on the hardware and comes
+    from the architecture plugins (`DirectionKnowledge`, through `hiera_direction_knowledge`).
 
     Optional: `order: int` (default 100): where the direction stands in prompts and among equal scores
     (lower first; then by letter); `signals: tuple[str, ...]`: the profile signals its score reads (names of
@@ -134,15 +162,7 @@ class Direction(Protocol):
     """The direction's letter, as the paper writes it."""
     title: ClassVar[str]
     description: ClassVar[str]
-    knowledge: ClassVar[str]
-    """Expert knowledge quoted in the strategy prompt."""
-    rubric: ClassVar[str]
-    """How to score this direction from a profile, quoted in the space-decision prompt."""
-
-    def strategies(self, rank: int) -> list[StrategyTemplate]:
-        """Return the catalogue of strategies admissible in a space of `rank` (a space admits everything of a
-        lower rank; any rank is valid, a third party's space too), most promising first."""
-        ...
+    """What the direction changes, in words that hold on every architecture; quoted in every planning prompt."""
 
     def score(self, profile: Profile | None) -> tuple[float, str]:
         """Return (score in [0, 1], reason) from the best candidate's profile: how much time this

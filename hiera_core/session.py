@@ -11,7 +11,7 @@ import structlog
 from hiera_core import sandbox
 from hiera_core.config import ConfigError, HieraConfig, RunConfig, structure, unstructure
 from hiera_core.context import RunContext
-from hiera_core.plugins import KINDS, Registry, UnknownName, collect, run_defaults
+from hiera_core.plugins import KINDS, Registry, UnknownName, collect, direction_knowledge, run_defaults
 from hiera_core.protocols import (
     Architecture,
     Direction,
@@ -110,7 +110,8 @@ class Session:
         directions = {n: build("direction", n) for n in sorted(
             registries["directions"].names(), key=lambda n: (getattr(registries["directions"].get(n), "order", 100), n))}
         context = RunContext(run=run, workload=workload, task=task, arch=arch_name, kind=getattr(arch, "kind", arch_name),
-                             spaces=tuple(spaces), directions=directions)
+                             spaces=tuple(spaces), directions=directions,
+                             knowledge=direction_knowledge(pm, directions, kind))
         return cls(
             pm=pm,
             config=config,

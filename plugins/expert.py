@@ -1,14 +1,15 @@
 """The `expert` backend: plays the three agents with rules instead of a model, with zero LLM calls.
 
 SSDA: each direction's own scoring rule reads the best candidate's profile; a direction with no
-untried move left scores 0, one that has a move at least 0.01, and one whose last round did not improve
-the best by `min_gain` is halved; the space is the most controlled allowed space that still admits what the best candidate
-uses and offers a move in the top direction.
-SPA: the first (most promising) strategy of that direction's catalogue for the space its template
-knobs belong to. OA: the workload's templates, moving the knobs that belong
-to the direction from the best parents' parameters, one knob at a time, then in pairs (a pair whose
-direction's knob does not shape the kernel is the other knob's move, not the direction's); parents far
-slower than the best come last.
+untried move left, or with no strategy known on the run's kind of architecture, scores 0, one that has a
+move at least 0.01, and one whose last round did not improve the best by `min_gain` is halved; the space
+is the most controlled allowed space that still admits what the best candidate uses and offers a move
+and a strategy in the top direction.
+SPA: the first (most promising) strategy of that direction's catalogue on this kind of architecture
+(`RunContext.knowledge`) for the space its template knobs belong to. OA: the workload's templates,
+moving the knobs that belong to the direction from the best parents' parameters, one knob at a time,
+then in pairs (a pair whose direction's knob does not shape the kernel is the other knob's move, not
+the direction's); parents far slower than the best come last.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class ExpertBackend:
                 raise
             if next(self._moves(ctx, name, widest, pairs=False), None) is None:
                 score, reason = 0.0, f"{name}: no untried move left in {widest}"
+            elif not self.context.knowledge[name].strategies_for(self.context.space(widest).rank):
+                score, reason = 0.0, f"{name}: no strategy known on '{self.context.kind}' architectures in {widest}"
             elif score < MOVABLE_FLOOR:  # e.g. no profile: a direction that can move beats one that cannot
                 score, reason = MOVABLE_FLOOR, f"{reason}; {MOVABLE_FLOOR}: it still has an untried move"
             if name == stalled and score > 0:
@@ -75,7 +78,9 @@ class ExpertBackend:
         top = max(scores, key=lambda d: (scores[d], -list(scores).index(d)))
         rank = {s.name: s.rank for s in self.context.spaces}
         keeps_parent = [s for s in ctx["allowed_spaces"] if rank[s] >= self._parent_rank(ctx, rank)] or ctx["allowed_spaces"]
-        space = next((s for s in keeps_parent if next(self._moves(ctx, top, s, pairs=False), None) is not None), widest)
+        known = self.context.knowledge[top]
+        space = next((s for s in keeps_parent if known.strategies_for(rank[s])
+                      and next(self._moves(ctx, top, s, pairs=False), None) is not None), widest)
         rationale = "; ".join(reasons) + (
             f". Space {space}: the most controlled allowed space that keeps what the best candidate uses and offers a {top} move."
         )
@@ -107,7 +112,9 @@ class ExpertBackend:
             if knob.direction == decision.direction and rank[knob.space] <= rank[decision.space]
         ]
         home = next((s.name for s in self.context.spaces if s.rank == min(knob_ranks)), decision.space) if knob_ranks else decision.space
-        strategy = self.context.directions[decision.direction].strategies(self.context.space(home).rank)[0]
+        known = self.context.knowledge[decision.direction]
+        strategy = (known.strategies_for(self.context.space(home).rank)
+                    or known.strategies_for(self.context.space(decision.space).rank))[0]
         return {"name": strategy.name, "steps": list(strategy.steps), "constraints": list(strategy.constraints)}
 
     def generate_candidates(self, ctx: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pluggy
 import pytest
 
 from hiera_contracts import check_plugins
-from hiera_core import hookimpl, hookspecs, records
+from hiera_core import Knob, hookimpl, hookspecs, records
 from hiera_core.config import load_config
 from hiera_core.engine import Engine, create_run
 from hiera_core.plugins import make_plugin_manager
@@ -92,12 +92,9 @@ def test_every_builtin_plugin_conforms_to_its_protocol():
 def test_the_conformance_kit_rejects_a_method_that_is_not_callable():
     class Scoreless:
         name = "V"
-        title = description = knowledge = rubric = "vectors"
+        title = description = "vectors"
         config_class = None
         score = 0.5
-
-        def strategies(self, space):
-            return []
 
     registers = types.SimpleNamespace(hiera_register_directions=hookimpl(lambda: [Scoreless]))
     with pytest.raises(AssertionError) as error:
@@ -213,6 +210,48 @@ def test_without_a_profile_the_expert_moves_a_direction_that_has_a_move(tmp_path
     decision = session.backend.select_space(context)
     assert records.SpaceDecision(**decision).direction == "R" and decision["space"] == "libraries_pytorch"
     assert decision["scores"]["R"] > 0 and {d: s for d, s in decision["scores"].items() if d != "R"} == dict.fromkeys("CPMT", 0.0)
+
+
+def test_the_expert_skips_a_direction_no_architecture_plugin_knows_on_this_kind(tmp_path):
+    """A third party's direction V with a knob of its own in the stencil's host template, but no plugin that knows
+    V on `host` architectures: it is still scored (a bug in its score would surface), then set to 0 with the reason,
+    and the round plans a direction that has strategies."""
+    from hiera_workloads.stencil2d import host
+
+    class Vectors:
+        name, order, title, description, signals, config_class = "V", 5, "Vectors", "Wide vector instructions.", (), None
+
+        def __init__(self, config):
+            pass
+
+        def score(self, profile):
+            return 0.99, "V: always wants vectors"
+
+    class VectorTemplate(host.HostStencilTemplate):
+        knobs = {**host.HostStencilTemplate.knobs, "ivdep": Knob(values=(False, True), direction="V", space="pure_cuda")}
+
+        def render(self, params):
+            return ("#pragma GCC ivdep\n" if params["ivdep"] else "") + super().render(params)
+
+    plugin = types.SimpleNamespace(hiera_register_directions=hookimpl(lambda: [Vectors]))
+    config = load_config(tmp_path, environ={}, cli={"arch": "host"}, overrides=["workload.stencil2d.host_n=48"])
+    session = Session.create(config, make_plugin_manager(extra_plugins=[plugin]))
+    assert session.context.knowledge["V"].strategies == () and "'host'" in session.context.knowledge["V"].rubric
+    template = VectorTemplate()
+    session.workload.templates = lambda task, kind: [template]
+    params = template.defaults()
+    seed = records.Candidate(id="s", source=template.render(params), space="pure_cuda", round=0,
+                             origin=template.describe(params), params=params)
+    profile = records.Profile(source="test", signals={"branch_free_fraction": 0.0, "memory_floor_fraction": 0.1})
+    measured = records.Measured(latency_ms=1, latency_p10_ms=1, latency_p90_ms=1, repeats=1, reference_latency_ms=2,
+                                max_abs_error=0, profile=profile)
+    context = {"parent": seed, "parent_evaluation": measured, "parents": [seed], "history": [(seed, measured)],
+               "allowed_spaces": [s.name for s in session.spaces], "task": session.task, "arch": "host", "kind": "host"}
+    decision = records.SpaceDecision(**session.backend.select_space(context))
+    assert decision.scores["V"] == 0.0 and "V: no strategy known on 'host' architectures" in decision.rationale
+    assert decision.direction == "C"
+    strategy = session.backend.plan_strategy({**context, "decision": decision})
+    assert strategy["name"] == "split-interior-boundary"
 
 
 def test_the_expert_does_not_give_up_the_best_candidates_library_features(tmp_path):

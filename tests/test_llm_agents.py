@@ -126,15 +126,17 @@ def test_prompts_quote_the_contract_the_plugins_knowledge_and_the_profile_and_oa
     first = ssda[0].prompt
     assert contract.interface.strip() in first and "`host_source.c`" in first and "cuda_source.cu" not in first
     assert contract.files["stencil2d.h"].strip() in first
-    assert all(d.rubric in first for d in session.directions.values())
+    knowledge = session.context.knowledge  # the host architecture's, for C on a CPU
+    assert all(knowledge[d].rubric in first for d in session.directions)
+    assert "branch_free_fraction" in first and "smsp__" not in first and "shared memory" not in first
     assert all(s.description in first for s in session.spaces)
     seed = engine.history[0][0]
     assert seed.source.strip() in first
     assert "metrics (host-timer), by unit:" in first and "- P: parallel_utilization" in first and "top findings:" in first
 
-    memory = session.directions["M"]
-    assert memory.knowledge in spa[0].prompt
-    assert all(s.name in spa[0].prompt for s in memory.strategies(0))
+    assert knowledge["M"].knowledge in spa[0].prompt and session.directions["M"].description in spa[0].prompt
+    assert [s.name for s in knowledge["M"].strategies_for(0)] == ["unit-stride-row-streaming"]
+    assert "- unit-stride-row-streaming: Order the loops" in spa[0].prompt and "threadIdx" not in spa[0].prompt
     assert "space pure_cuda, direction M" in spa[0].prompt
 
     assert sorted(r.sample for r in oa) == [0, 1] and all(r.candidates == 1 for r in oa)
@@ -149,6 +151,56 @@ def test_prompts_quote_the_contract_the_plugins_knowledge_and_the_profile_and_oa
     calls = [e for e in engine.store.events if isinstance(e, records.AgentCalled)]
     assert len(calls) == 5 and sum(c.cost_usd for c in calls) == pytest.approx(0.007)
     assert [c.error is not None for c in calls if c.role == "ssda"] == [True, False]
+
+
+class Vectors:
+    """A third party's direction that no architecture plugin knows on the host."""
+
+    name, order, title, description, signals, config_class = "V", 5, "Vectors", "Wide vector instructions.", (), None
+
+    def __init__(self, config):
+        pass
+
+    def score(self, profile):
+        return 0.0, "V: no signal"
+
+
+class ScriptedVectorModel(ScriptedModel):
+    name = "scripted-vector-model"
+
+    def answer(self, request):
+        if request.role == "ssda":
+            self.requests.append(request)
+            data = {"space": "pure_cuda", "scores": {"C": 0.1, "P": 0.1, "M": 0.1, "R": 0.1, "T": 0.1, "V": 0.9}, "rationale": "r"}
+            return AgentAnswer(text=json.dumps(data))
+        return super().answer(request)
+
+
+class RegistersVectors:
+    @hookimpl
+    def hiera_register_directions(self):
+        return [Vectors]
+
+    @hookimpl
+    def hiera_register_backends(self):
+        return [ScriptedVectorModel]
+
+
+def test_prompts_say_when_no_plugin_knows_a_direction_on_this_architecture(tmp_path):
+    ScriptedModel.requests.clear()
+    config = load_config(
+        tmp_path, environ={}, cli={"arch": "host", "rounds": 1, "population": 2, "backend": "scripted-vector-model"},
+        overrides=["workload.stencil2d.host_n=48", "run.remeasure=false"],
+    )
+    session = Session.create(config, make_plugin_manager(extra_plugins=[RegistersVectors()]))
+    Engine(session, create_run(session, tmp_path / "run")).optimize()
+    [ssda] = [r for r in ScriptedModel.requests if r.role == "ssda"]
+    [spa] = [r for r in ScriptedModel.requests if r.role == "spa"]
+    assert ("- V (Vectors): Wide vector instructions.\n  Rubric: No installed plugin gives a rubric for V on 'host'"
+            " architectures") in ssda.prompt
+    assert "No installed plugin knows direction V on 'host' architectures" in spa.prompt
+    assert ("# Known strategies for V in pure_cuda\n- none known here on 'host' architectures: devise one from the"
+            " profile") in spa.prompt
 
 
 def test_a_resumed_run_answers_from_the_cache_and_calls_the_backend_for_nothing(tmp_path):

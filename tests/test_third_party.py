@@ -17,7 +17,7 @@ from typing import ClassVar
 import attrs
 import numpy as np
 
-from hiera_core import Knob, StrategyTemplate, UnsupportedArchitecture, hookimpl
+from hiera_core import DirectionKnowledge, Knob, StrategyTemplate, UnsupportedArchitecture, hookimpl
 from hiera_core.records import Contract, Task
 
 SOURCE = """void scale(long n, double a, const double *x, double *y) {
@@ -30,18 +30,20 @@ class Vectorize:
     name: ClassVar[str] = "V"
     title: ClassVar[str] = "vectorisation"
     description: ClassVar[str] = "Wide vector instructions."
-    knowledge: ClassVar[str] = "Use the widest vector unit."
-    rubric: ClassVar[str] = "High when the hot loop is scalar."
     config_class = None
 
     def __init__(self, config):
         pass
 
-    def strategies(self, space):
-        return [StrategyTemplate(name="vectorize", steps=("vectorize the hot loop",))]
-
     def score(self, profile):
         return (0.99, "V: acme always wants vectors") if profile else (0.0, "no profile")
+
+
+ON_A_CPU = DirectionKnowledge(
+    knowledge="Use the widest vector unit.",
+    rubric="High when the hot loop is scalar.",
+    strategies=((StrategyTemplate(name="vectorize", steps=("vectorize the hot loop",)),),),  # from rank 0 up
+)
 
 
 class ScaleTemplate:
@@ -132,6 +134,11 @@ class Scale:
 @hookimpl
 def hiera_register_directions():
     return [Vectorize]
+
+
+@hookimpl
+def hiera_direction_knowledge(direction, kind):
+    return ON_A_CPU if (direction, kind) == ("V", "host") else None
 
 
 @hookimpl

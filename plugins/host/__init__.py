@@ -7,6 +7,7 @@ from hiera_core import hookimpl
 
 from hiera_plugins.host.architecture import HostArchitecture
 from hiera_plugins.host.evaluators import HostCompile, HostRun
+from hiera_plugins.host.knowledge import KNOWLEDGE
 
 
 @hookimpl
@@ -17,3 +18,9 @@ def hiera_register_architectures():
 @hookimpl
 def hiera_register_evaluators():
     return [HostCompile, HostRun]
+
+
+@hookimpl
+def hiera_direction_knowledge(direction, kind):
+    # HostArchitecture has no `kind` of its own: its kind is its name, which another CPU's architecture may share
+    return KNOWLEDGE.get(direction) if kind == HostArchitecture.name else None
