@@ -14,7 +14,7 @@ import inspect
 import pluggy
 
 from hiera_core import protocols
-from hiera_core.plugins import KINDS, collect
+from hiera_core.plugins import KINDS, PluginError, collect, direction_knowledge
 
 PROTOCOL_OF = {
     "workloads": protocols.Workload,
@@ -29,7 +29,8 @@ PROTOCOL_OF = {
 
 
 def conformance_problems(pm: pluggy.PluginManager) -> list[str]:
-    """One line per problem: a missing member, a method that is not callable, a bad class attribute."""
+    """One line per problem: a missing member, a method that is not callable, a bad class attribute, or knowledge
+    of a direction on a registered architecture's kind that two plugins give, or that is not a DirectionKnowledge."""
     problems = []
     for kind in KINDS:
         protocol = PROTOCOL_OF[kind]
@@ -47,6 +48,12 @@ def conformance_problems(pm: pluggy.PluginManager) -> list[str]:
                 problems.append(f"{where}: a direction's name is one letter")
             if kind == "evaluators" and not isinstance(getattr(cls, "order", None), int):
                 problems.append(f"{where}: `order` must be an int")
+    directions = collect(pm, "directions").names()
+    for kind in sorted({getattr(cls, "kind", name) for name, cls in collect(pm, "architectures").classes.items()}):
+        try:  # what prompts quote of each direction on this kind: one answer at most, a DirectionKnowledge
+            direction_knowledge(pm, directions, kind)
+        except PluginError as exc:
+            problems.append(f"knowledge of the directions on '{kind}' architectures: {exc}")
     return problems
 
 

@@ -103,6 +103,22 @@ def test_the_conformance_kit_rejects_a_method_that_is_not_callable():
     assert f"{where}: `score` must be a method, not float 0.5" in str(error.value).splitlines()
 
 
+def test_the_conformance_kit_rejects_direction_knowledge_that_is_not_a_record():
+    from hiera_contracts.conformance import conformance_problems
+
+    class Says:
+        @hookimpl
+        def hiera_direction_knowledge(self, direction, kind):
+            return "use vectors" if direction == "C" else None
+
+    says = Says()
+    pm = make_plugin_manager(autoload=False, extra_plugins=["hiera_directions.control", "hiera_plugins.host", says])
+    assert conformance_problems(pm) == [
+        f"knowledge of the directions on 'host' architectures: plugin '{pm.get_name(says)}' answered"
+        " hiera_direction_knowledge('C', 'host') with str, not DirectionKnowledge"
+    ]
+
+
 def _evaluated(speedups):
     events = []
     for i, speedup in enumerate(speedups):
