@@ -1,10 +1,13 @@
 """hiera's minimal core: hook specifications, protocols, records, config, the engine and the CLI.
 
-Plugins import only the names exported here (and the records and protocols modules).
+Plugins import only the names exported here (and the records and protocols modules). A program embedding
+hiera calls `run`, `resume`, `evaluate` and `settings` (from `hiera_core.api`, loaded on first use) and
+catches `HieraError`.
 """
 
 import pluggy
 
+from hiera_core.errors import HieraError
 from hiera_core.hookspecs import PROJECT
 from hiera_core.protocols import (
     AgentAnswer,
@@ -49,6 +52,23 @@ __all__ = [
     "Template",
     "UnsupportedArchitecture",
     "Workload",
+    "HieraError",
     "__version__",
+    "evaluate",
     "hookimpl",
+    "resume",
+    "run",
+    "settings",
 ]
+
+_API = ("evaluate", "resume", "run", "settings")
+
+
+def __getattr__(name: str):
+    """`hiera_core.run` and the rest of the embedding API, imported on first use: plugins importing this package
+    for `hookimpl` do not load the engine."""
+    if name in _API:
+        from hiera_core import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'hiera_core' has no attribute {name!r}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,30 +13,29 @@ import attrs
 import structlog
 from rich.console import Console
 
-from hiera_core import __version__, hookimpl
+from hiera_core import __version__, api, hookimpl
 from hiera_core.config import (
     PLUGIN_TABLES,
     ConfigError,
     HieraConfig,
     config_from_table,
-    load_config,
     structure,
 )
-from hiera_core.engine import Engine, check_replayable, create_run, evaluate_source, tables_in_use
+from hiera_core.engine import check_replayable, tables_in_use
+from hiera_core.errors import HieraError
 from hiera_core.logging import configure_logging
 from hiera_core.plugins import PluginError, UnknownName, collect, describe_plugins, make_plugin_manager
 from hiera_core.protocols import BackendError, StagePassed
 from hiera_core.records import Evaluation, Measured, RunFinished
 from hiera_core.serialization import to_dict
-from hiera_core.report import agent_costs, write_report
-from hiera_core.session import Session
+from hiera_core.report import write_report
 from hiera_core.store import MANIFEST, RunDirError, RunStore, new_run_id
 from hiera_core.suite import find_runs, write_suite_report
 
 log = structlog.get_logger(__name__)
 
 
-class UsageError(Exception):
+class UsageError(HieraError):
     """Bad input on the command line: one line to the user, exit code 2."""
 
 
@@ -144,9 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _session(config, plugins: list[str], device: bool = True) -> Session:
-    pm = make_plugin_manager(extra_plugins=plugins)
-    return Session.create(config, pm, device=device)
+def _settings(args: argparse.Namespace, **run: Any) -> HieraConfig:
+    """The settings in force for a command: its `[run]` keys over `--set`, HIERA_* and the config file."""
+    if args.config is not None:
+        return api.settings(config_file=args.config, environ=os.environ, sets=args.overrides, **run)
+    return api.settings(config_dir=Path.cwd(), environ=os.environ, sets=args.overrides, **run)
 
 
 def _cli_run_keys(args: argparse.Namespace) -> dict[str, Any]:
@@ -161,21 +162,17 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if args.replay is not None:
         config = _replay_config(args)
     else:
-        config = load_config(Path.cwd(), cli=_cli_run_keys(args), overrides=args.overrides, config_file=args.config)
+        config = _settings(args, **_cli_run_keys(args))
         if args.model or args.base_url:
             backend = config.run.backend
             if not backend:
                 raise UsageError("--model and --base-url set a backend's options: name the backend (--backend NAME)")
             options = {"model": args.model, "base_url": args.base_url}
-            sets = [f"backend.{backend}.{key}={json.dumps(value)}" for key, value in options.items() if value]
-            config = load_config(Path.cwd(), cli=_cli_run_keys(args), overrides=[*args.overrides, *sets], config_file=args.config)
+            args.overrides = [*args.overrides, *(f"backend.{backend}.{key}={json.dumps(value)}" for key, value in options.items() if value)]
+            config = _settings(args, **_cli_run_keys(args))
     if args.all_tasks:
         return _run_all_tasks(config, args, console)
-    session = _session(config, args.plugins)
-    for notice in session.notices:
-        console.print(notice)
-    store = create_run(session, Path(args.run_dir) if args.run_dir else None)
-    return _optimize(session, store, console, args.log_level)
+    return _summary(api.run(config, plugins=[*args.plugins, Progress(console, args.log_level)]), console)
 
 
 def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Console) -> int:
@@ -183,9 +180,7 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
     that fails is reported in one line and the batch goes on."""
     if config.run.task:
         raise UsageError("--all-tasks runs every task of the workload; drop --task (or select tasks in its config)")
-    session = _session(config, args.plugins)
-    for notice in session.notices:
-        console.print(notice)
+    session = api.session(config, plugins=args.plugins)
     root = Path(config.run.run_dir or Path("runs") / new_run_id())
     failed = dict(getattr(session.workload, "failures", dict)())
     tasks = session.workload.tasks()
@@ -193,19 +188,15 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
     for task in tasks:
         path = root / task.name
         try:
+            plugins = [*args.plugins, Progress(console, args.log_level)]
             if (path / MANIFEST).is_file():
-                store = RunStore.open(path)
-                if any(isinstance(e, RunFinished) for e in store.events):
+                if any(isinstance(e, RunFinished) for e in RunStore.open(path).events):
                     console.print(f"{task.name}: finished earlier, skipped", markup=False)
                     continue
-                pm = make_plugin_manager(extra_plugins=args.plugins)
-                recorded = config_from_table(tables_in_use(store.manifest.config, store, pm), source=f"{path}/{MANIFEST}")
-                task_session = Session.create(recorded, pm)
+                _summary(api.resume(path, plugins=plugins), console)
             else:
                 run = attrs.evolve(config.run, task=task.name, run_dir=str(path))
-                task_session = _session(attrs.evolve(config, run=run), args.plugins)
-                store = create_run(task_session, path)
-            _optimize(task_session, store, console, args.log_level)
+                _summary(api.run(attrs.evolve(config, run=run), plugins=plugins), console)
         except Exception as exc:  # noqa: BLE001 -- one task's failure must not stop the batch
             failed[task.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
             console.print(f"{task.name}: failed: {failed[task.name]}", markup=False)
@@ -234,49 +225,45 @@ def _replay_config(args: argparse.Namespace) -> HieraConfig:
 
 def _resume(args: argparse.Namespace, console: Console) -> int:
     store = RunStore.open(args.run_dir)
-    pm = make_plugin_manager(extra_plugins=args.plugins)
-    config = config_from_table(tables_in_use(store.manifest.config, store, pm), source=f"{args.run_dir}/manifest.json")
-    session = Session.create(config, pm)
     console.print(f"resuming {store.manifest.run_id}: {len(store.evaluated())} candidates already evaluated")
-    return _optimize(session, store, console, args.log_level)
+    return _summary(api.resume(args.run_dir, plugins=[*args.plugins, Progress(console, args.log_level)]), console)
 
 
-def _optimize(session: Session, store: RunStore, console: Console, log_level: str) -> int:
-    configure_logging(json_file=store.path / "hiera.log.jsonl", console=sys.stderr, level=log_level)
-    run = session.config.run
-    console.print(
-        f"hiera {session.workload.name}/{session.task.name} on {session.arch_name}: {run.rounds} rounds × {run.population}"
-        f" candidates, space {run.space}, strategy {run.strategy},"
-        f" backend {run.backend} → {store.path}"
-    )
-    progress = Progress(console, budget=run.rounds * run.population)
-    session.pm.register(progress, name="hiera-cli-progress")
-    try:
-        best = Engine(session, store).optimize()
-    finally:
-        session.pm.unregister(progress)
-    events = store.evaluated()
-    console.print(f"report: {store.path / 'report.md'}")
-    costs = agent_costs(store.events)
-    if costs.calls:
-        console.print(f"agents: {costs.describe()}")
-    if best is None:
+def _summary(result: api.RunResult, console: Console) -> int:
+    """The run's last lines: where its report is, what the agents cost, the best; exit code 1 without one."""
+    console.print(f"report: {result.run_dir / 'report.md'}")
+    if result.costs.calls:
+        console.print(f"agents: {result.costs.describe()}")
+    if result.best_evaluation is None:
         console.print("no valid candidate was found")
         return 1
-    best_eval = events[best.id].evaluation
-    seed = next(iter(events.values()))
-    line = f"best {best_eval.latency_ms:.3f} ms, {best_eval.speedup_vs_reference:.2f}× the reference"
-    if isinstance(seed.evaluation, Measured):
-        line += f", {seed.evaluation.latency_ms / best_eval.latency_ms:.2f}× the initial candidate"
+    best = result.best_evaluation
+    line = f"best {best.latency_ms:.3f} ms, {best.speedup_vs_reference:.2f}× the reference"
+    seed = result.evaluations[0].evaluation
+    if isinstance(seed, Measured):
+        line += f", {seed.latency_ms / best.latency_ms:.2f}× the initial candidate"
     console.print(line)
     return 0
 
 
 class Progress:
-    """Prints one line per plan and per evaluated candidate, with the best so far."""
+    """The command's console: at the start of a run its notices and one line saying what runs (and the run's
+    JSON log in the run directory), then one line per plan and per evaluated candidate, with the best so far."""
 
-    def __init__(self, console: Console, budget: int):
-        self.console, self.budget, self.count, self.best_ms = console, budget, 0, None
+    def __init__(self, console: Console, log_level: str):
+        self.console, self.log_level, self.budget, self.count, self.best_ms = console, log_level, 0, 0, None
+
+    @hookimpl
+    def hiera_run_started(self, context, manifest, run_dir) -> None:
+        configure_logging(json_file=run_dir / "hiera.log.jsonl", console=sys.stderr, level=self.log_level)
+        for notice in context.notices:
+            self.console.print(notice)
+        run = context.run
+        self.budget = run.rounds * run.population
+        self.console.print(
+            f"hiera {context.workload.name}/{context.task.name} on {context.arch}: {run.rounds} rounds × {run.population}"
+            f" candidates, space {run.space}, strategy {run.strategy}, backend {run.backend} → {run_dir}"
+        )
 
     @hookimpl
     def hiera_plan_made(self, plan) -> None:
@@ -306,19 +293,13 @@ class Progress:
 def _eval(args: argparse.Namespace, console: Console) -> int:
     if not args.file.is_file():
         raise UsageError(f"no such file: {args.file}")
-    keys = {"workload": args.workload, "task": args.task, "arch": args.arch}
-    config = load_config(Path.cwd(), cli=keys, overrides=args.overrides, config_file=args.config)
-    session = _session(config, args.plugins, device=not args.compile_only)
-    for notice in session.notices:
+    config = _settings(args, workload=args.workload, task=args.task, arch=args.arch)
+    result = api.evaluate(args.file.read_text(), config, space=args.space, workdir=args.out, device=not args.compile_only,
+                          plugins=args.plugins)
+    for notice in result.notices:
         console.print(notice)
-    space = args.space or session.spaces[-1].name
-    session.space(space)  # an unknown space is a usage error before any work
-    with tempfile.TemporaryDirectory(prefix="hiera-eval-") as scratch:
-        workdir = args.out or Path(scratch)
-        candidate, evaluation = evaluate_source(
-            session, args.file.read_text(), space=space, workdir=workdir, device=not args.compile_only
-        )
-    console.print(f"{args.file} as {session.workload.name}/{session.task.name} on {session.arch_name}, space {space}:")
+    candidate, evaluation = result.candidate, result.evaluation
+    console.print(f"{args.file} as {result.workload}/{result.task} on {result.arch}, space {result.space}:")
     if isinstance(evaluation, StagePassed):  # --compile-only, and every stage before the device passed
         job = evaluation.job
         console.print(f"  built ({job.compile_s:.1f} s); not run: --compile-only", markup=False)
@@ -344,7 +325,7 @@ def _contracts(args: argparse.Namespace, console: Console) -> int:
     """Write each task's contract files (and its seed, when the workload has one) to DIR/<task>/. A workload may
     offer `failures() -> {label: reason}` for tasks it could not load; those and every task whose contract fails
     get one line each, and the exit code is 1."""
-    config = load_config(Path.cwd(), cli={"workload": args.workload}, overrides=args.overrides, config_file=args.config)
+    config = _settings(args, workload=args.workload)
     workload_cls = collect(make_plugin_manager(extra_plugins=args.plugins), "workloads").get(args.workload)
     table = config.plugin_tables["workload"].get(args.workload, {})
     config_class = getattr(workload_cls, "config_class", None)
@@ -399,8 +380,8 @@ def _plugins(args: argparse.Namespace, console: Console) -> int:
 
 
 def _config_show(args: argparse.Namespace, console: Console) -> int:
-    config = load_config(Path.cwd(), overrides=args.overrides, config_file=args.config)
-    session = _session(config, args.plugins)
+    config = _settings(args)
+    session = api.session(config, plugins=args.plugins)
     console.print(f"# in force (source: {config.source}; CLI > environment > file > defaults)", markup=False)
     console.print(_toml(session.resolved_config()), markup=False)
     return 0

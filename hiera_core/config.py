@@ -20,12 +20,14 @@ from typing import Any
 import attrs
 import cattrs
 
+from hiera_core.errors import HieraError
+
 PLUGIN_TABLES = ("workload", "arch", "backend", "evaluator", "executor", "direction", "space")
 """Top-level tables that hold one sub-table per plugin, and the registry kind each configures."""
 
 
 
-class ConfigError(ValueError):
+class ConfigError(HieraError, ValueError):
     """The configuration is malformed; the message names the file, the key and the reason."""
 
 

@@ -35,6 +35,9 @@ class RunContext:
     """What the architecture plugins know of each direction on this run's kind (`hiera_direction_knowledge`), by
     letter, an entry for every direction: one that no plugin knows of on this kind has texts that say so and no
     strategies (`hiera_core.plugins.direction_knowledge`)."""
+    notices: tuple[str, ...] = ()
+    """One-line messages for the user about how the run was set up (the architecture `auto` chose, a sandbox
+    part this machine lacks)."""
 
     def space(self, name: str) -> ImplementationSpace:
         for space in self.spaces:

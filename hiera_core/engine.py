@@ -21,6 +21,7 @@ import pluggy
 import structlog
 
 from hiera_core import agents, records, sandbox
+from hiera_core.config import ConfigError
 from hiera_core.plugins import PluginError, collect
 from hiera_core.protocols import EvalJob, NoSeed, StagePassed
 from hiera_core.records import Candidate, Evaluation, Measured
@@ -461,7 +462,6 @@ def new_job(
 ) -> EvalJob:
     """An evaluation job for `candidate`, its source written into `workdir`."""
     write_text_atomic(workdir / contract.source_filename, candidate.source)
-    workload = type(session.workload)
     return EvalJob(
         candidate=candidate,
         task=session.task,
@@ -469,12 +469,24 @@ def new_job(
         arch=session.arch_name,
         space_rank=session.space(candidate.space).rank,
         workdir=workdir,
-        workload_factory=f"{workload.__module__}:{workload.__qualname__}",
+        workload_factory=workload_factory(type(session.workload)),
         workload_config=session.resolved_config().get("workload", {}).get(session.workload.name, {}),
         toolchain=toolchain,
         roofline=roofline,
         remeasure=remeasure,
     )
+
+
+def workload_factory(workload: type) -> str:
+    """How a judge or runner process rebuilds `workload`: `module:Class@DIR`, DIR the folder its module is
+    imported from (a workload in a plain module beside the caller's script, registered as an object, has no
+    entry point to be found by; the judge appends DIR to its import path)."""
+    module = sys.modules[workload.__module__]
+    if workload.__module__ == "__main__" or not getattr(module, "__file__", None):
+        raise ConfigError(f"workload class {workload.__qualname__} is defined in {workload.__module__}, which a judge's"
+                          " process cannot import: define it in a module (a .py file beside your script)")
+    root = Path(module.__file__).resolve().parents[workload.__module__.count(".") + (Path(module.__file__).stem == "__init__")]
+    return f"{workload.__module__}:{workload.__qualname__}@{root}"
 
 
 def evaluate_source(

@@ -147,8 +147,12 @@ def _read_until(box: sandbox.Sandboxed, marker: str | None, timeout_s: float) ->
 
 
 def harness_of(workload_factory: str, workload_config: dict[str, Any], task: Task, arch: str) -> Any:
-    """The workload's harness for `task` on `arch`, rebuilt in a judge or a runner process."""
-    module, _, qualname = workload_factory.partition(":")
+    """The workload's harness for `task` on `arch`, rebuilt in a judge or a runner process from its factory
+    (`module:Class@DIR`, see `engine.workload_factory`)."""
+    module, _, rest = workload_factory.partition(":")
+    qualname, _, root = rest.partition("@")
+    if root and root not in sys.path:
+        sys.path.append(root)
     workload_cls = getattr(importlib.import_module(module), qualname)
     config = structure(workload_config, workload_cls.config_class, where="judge") if workload_cls.config_class else None
     return workload_cls(config).harness(task, arch)

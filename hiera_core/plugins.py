@@ -12,6 +12,7 @@ import attrs
 import pluggy
 
 from hiera_core import hookspecs
+from hiera_core.errors import HieraError
 from hiera_core.protocols import DirectionKnowledge
 
 ENTRY_POINT_GROUP = "hiera"
@@ -21,12 +22,12 @@ KINDS = ("workloads", "spaces", "directions", "backends", "architectures", "eval
 """What a plugin can register, by the suffix of its `hiera_register_<kind>` hook."""
 
 
-class PluginError(Exception):
+class PluginError(HieraError):
     """A plugin could not be loaded, two plugins register the same name, or a plugin raised where only a bug
     raises (a backend's `answer` anything but BackendError): the run stops with this one line."""
 
 
-class UnknownName(LookupError):
+class UnknownName(HieraError, LookupError):
     """A name (workload, arch, space, ...) that no installed plugin provides."""
 
     def __init__(self, kind: str, name: str, known: Iterable[str]):

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import attrs
 
+from hiera_core.errors import HieraError
 from hiera_core.records import Candidate, Contract, Evaluation, Measured, Profile, Roofline, Task
 
 
@@ -205,7 +206,7 @@ class AgentAnswer:
     """The model stopped at its output-token limit, so the answer is probably cut off."""
 
 
-class BackendError(Exception):
+class BackendError(HieraError):
     """A backend could not answer one request (the service failed after the backend's own retries, no
     recorded answer, no answer file in time). The agent layer records the reason and asks again within
     its attempts; the message must never contain a secret."""
@@ -287,7 +288,7 @@ class EvalJob:
     workdir: Path
     """The candidate's scratch directory: its source, build log and artefacts live here."""
     workload_factory: str
-    """`module:Class` of the workload, so a judge or runner process can rebuild it."""
+    """`module:Class@DIR` of the workload, so a judge or runner process can rebuild it (`engine.workload_factory`)."""
     workload_config: dict[str, Any]
     toolchain: dict[str, Any]
     """The architecture's `toolchain()`."""

@@ -432,7 +432,7 @@ class JudgeRequest:
     """What hiera asks an architecture's judge: evaluate one built candidate of one task."""
 
     workload_factory: str
-    """`module:Class` of the workload, so the judge (and the runner) can rebuild its harness."""
+    """`module:Class@DIR` of the workload, so the judge (and the runner) can rebuild its harness."""
     workload_config: dict[str, Any]
     task: Task
     library: str

@@ -110,7 +110,7 @@ class Session:
         directions = {n: build("direction", n) for n in sorted(
             registries["directions"].names(), key=lambda n: (getattr(registries["directions"].get(n), "order", 100), n))}
         context = RunContext(run=run, workload=workload, task=task, arch=arch_name, kind=getattr(arch, "kind", arch_name),
-                             spaces=tuple(spaces), directions=directions,
+                             spaces=tuple(spaces), directions=directions, notices=tuple(notices),
                              knowledge=direction_knowledge(pm, directions, kind))
         return cls(
             pm=pm,

@@ -18,6 +18,7 @@ from pathlib import Path
 import structlog
 
 from hiera_core import records, serialization
+from hiera_core.errors import HieraError
 
 log = structlog.get_logger(__name__)
 
@@ -26,7 +27,7 @@ TRAJECTORY = "trajectory.jsonl"
 LOCK = ".lock"
 
 
-class RunDirError(Exception):
+class RunDirError(HieraError):
     """A run directory is missing, not a run, or already holds a different run."""
 
 

@@ -1,0 +1,175 @@
+"""hiera as a library: settings, runs, resumes and single evaluations from Python, as the `hiera` command does
+them (the command is built on these functions).
+
+    import hiera_core
+
+    result = hiera_core.run(workload="stencil2d", arch="host", rounds=1, population=2,
+                            config={"workload": {"stencil2d": {"host_n": 64}}}, run_dir="runs/try")
+    print(result.best_evaluation.latency_ms)
+
+Nothing here reads a `hiera.toml` or `HIERA_*` variables unless asked (`config_dir`, `config_file`, `environ`),
+prints, or configures logging: progress reaches the caller through the observer hooks of plugins it passes
+(`plugins=[...]`: modules or objects, registered on a fresh plugin manager of this call), and log records go
+through the caller's own structlog/logging configuration. Nothing is kept between calls, so runs in one
+process, one after another or in threads, share no settings or plugins. Every error about the input is a
+`HieraError` (`ConfigError`, `UnknownName`, `PluginError`, `RunDirError`, `BackendError`) whose message is the
+line the command prints.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pluggy
+
+from hiera_core import records
+from hiera_core.config import HieraConfig, config_from_table, load_config
+from hiera_core.engine import Engine, create_run, evaluate_source, tables_in_use
+from hiera_core.errors import HieraError
+from hiera_core.plugins import make_plugin_manager
+from hiera_core.protocols import StagePassed
+from hiera_core.report import CallCosts, agent_costs
+from hiera_core.session import Session
+from hiera_core.store import MANIFEST, RunStore
+
+
+class SettingsError(HieraError, TypeError):
+    """Settings given twice (a resolved `HieraConfig` and keywords)."""
+
+
+@attrs.frozen(kw_only=True)
+class RunResult:
+    """What a run found, read back from its run directory."""
+
+    run_dir: Path
+    best: records.Candidate | None
+    """The winner: the fastest valid candidate (None when no candidate was valid)."""
+    best_evaluation: records.Measured | None
+    """The winner's evaluation in the search."""
+    remeasured: records.Evaluation | None
+    """The winner measured again in a fresh process on fresh inputs (None when the run did not re-measure)."""
+    evaluations: list[records.CandidateEvaluated]
+    """Every candidate's evaluation, in the order they were recorded (the initial candidate first)."""
+    plans: list[records.Plan]
+    costs: CallCosts
+    """The agents' calls, tokens and money."""
+    notices: tuple[str, ...] = ()
+
+    @classmethod
+    def read(cls, store: RunStore, best: records.Candidate | None, notices: Iterable[str] = ()) -> RunResult:
+        evaluations = list(store.evaluated().values())
+        by_id = {e.candidate.id: e.evaluation for e in evaluations}
+        finished = [e for e in store.events if isinstance(e, records.RunFinished)]
+        return cls(
+            run_dir=store.path,
+            best=best,
+            best_evaluation=by_id.get(best.id) if best else None,
+            remeasured=finished[-1].remeasured if finished else None,
+            evaluations=evaluations,
+            plans=[e.plan for e in store.events if isinstance(e, records.PlanMade)],
+            costs=agent_costs(store.events),
+            notices=tuple(notices),
+        )
+
+
+@attrs.frozen(kw_only=True)
+class EvalResult:
+    """One candidate through the evaluation pipeline."""
+
+    candidate: records.Candidate
+    evaluation: records.Evaluation | StagePassed
+    """Its record; `StagePassed` when `device=False` stopped it, every stage before the device passed."""
+    space: str
+    workload: str
+    task: str
+    arch: str
+    notices: tuple[str, ...] = ()
+
+
+def settings(
+    *,
+    config: Mapping[str, Any] | None = None,
+    config_file: str | Path | None = None,
+    config_dir: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    sets: Iterable[str] = (),
+    **run: Any,
+) -> HieraConfig:
+    """Resolve settings the way the command does: `run` keys (`workload`, `rounds`, ...: the `[run]` table's)
+    over `sets` (`"workload.stencil2d.n=512"`, as `--set`) over `environ` (`HIERA_<KEY>`) over the file over
+    the defaults. The file is `config_file`, or the `hiera.toml` / `[tool.hiera]` found in `config_dir`;
+    `config` is a mapping in the file's shape (`{"run": {...}, "workload": {"stencil2d": {...}}}`), instead of a
+    file. None of them is read unless given. An unknown key raises ConfigError."""
+    if sum(x is not None for x in (config, config_file, config_dir)) > 1:
+        raise SettingsError("give one of config, config_file and config_dir")
+    if config_file is not None or config_dir is not None:
+        directory = Path(config_dir) if config_dir is not None else Path(".")
+        return load_config(directory, cli=run, overrides=list(sets), environ=environ or {},
+                           config_file=Path(config_file) if config_file is not None else None)
+    return config_from_table(config or {}, source="settings", cli=run, overrides=list(sets), environ=environ or {})
+
+
+def session(config: HieraConfig, *, plugins: Iterable[Any] = (), entry_points: bool = True, device: bool = True) -> Session:
+    """The run's session: a fresh plugin manager (the `hiera` entry points unless `entry_points=False`, then
+    `plugins`), its registries and the plugins `config` selects. `device=False`: only builds will happen."""
+    return Session.create(config, _plugin_manager(plugins, entry_points), device=device)
+
+
+def run(resolved: HieraConfig | None = None, *, plugins: Iterable[Any] = (), entry_points: bool = True,
+        **settings_: Any) -> RunResult:
+    """Run the loop to its end and return what it found. Settings are the keywords of `settings` (`workload=`,
+    `rounds=`, `config=`, `sets=`, ...) or a configuration `resolved` by it, not both; the run directory is
+    `run_dir` (a new `runs/<id>` under the current directory when empty)."""
+    config = _resolved(resolved, settings_)
+    run_session = session(config, plugins=plugins, entry_points=entry_points)
+    store = create_run(run_session, Path(config.run.run_dir) if config.run.run_dir else None)
+    return optimize(run_session, store)
+
+
+def resume(run_dir: str | Path, *, plugins: Iterable[Any] = (), entry_points: bool = True) -> RunResult:
+    """Continue a run from its directory; nothing recorded is redone (a finished run only re-reads)."""
+    store = RunStore.open(Path(run_dir))
+    pm = _plugin_manager(plugins, entry_points)
+    config = config_from_table(tables_in_use(store.manifest.config, store, pm), source=f"{run_dir}/{MANIFEST}")
+    return optimize(Session.create(config, pm), store)
+
+
+def optimize(run_session: Session, store: RunStore) -> RunResult:
+    """The loop for a session and its run directory (a new one, or one to resume)."""
+    best = Engine(run_session, store).optimize()
+    return RunResult.read(store, best, run_session.notices)
+
+
+def evaluate(source: str, resolved: HieraConfig | None = None, *, space: str | None = None, workdir: str | Path | None = None,
+             device: bool = True, plugins: Iterable[Any] = (), entry_points: bool = True, **settings_: Any) -> EvalResult:
+    """One candidate `source` through the same pipeline as a run's candidates (`hiera eval`), checked against
+    `space` (default: the widest). Its build and logs go to `workdir` (default: a temporary folder, removed).
+    `device=False` stops before the first stage that needs the device. Settings as for `run`."""
+    config = _resolved(resolved, settings_)
+    eval_session = session(config, plugins=plugins, entry_points=entry_points, device=device)
+    space = space or eval_session.spaces[-1].name
+    eval_session.space(space)  # an unknown space fails before any work
+    with tempfile.TemporaryDirectory(prefix="hiera-eval-") as scratch:
+        candidate, evaluation = evaluate_source(eval_session, source, space=space,
+                                                workdir=Path(workdir) if workdir is not None else Path(scratch), device=device)
+    return EvalResult(candidate=candidate, evaluation=evaluation, space=space, workload=eval_session.workload.name,
+                      task=eval_session.task.name, arch=eval_session.arch_name, notices=tuple(eval_session.notices))
+
+
+def _resolved(resolved: HieraConfig | None, keywords: dict[str, Any]) -> HieraConfig:
+    if resolved is None:
+        return settings(**keywords)
+    if keywords:
+        raise SettingsError(f"settings given twice: a resolved configuration and {', '.join(sorted(keywords))}")
+    return resolved
+
+
+def _plugin_manager(plugins: Iterable[Any], entry_points: bool) -> pluggy.PluginManager:
+    return make_plugin_manager(autoload=entry_points, extra_plugins=list(plugins))
+
+
+__all__ = ["EvalResult", "RunResult", "SettingsError", "evaluate", "optimize", "resume", "run", "session", "settings"]
