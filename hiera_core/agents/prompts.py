@@ -1,0 +1,209 @@
+"""The prompts of the three roles (and of the CudaForge-like judge), built from sections: the task, the
+frozen contract, the target, the candidate shown and what running it gave, the run's history, the spaces
+and the directions with the architecture's knowledge of them, and the answer format. The knowledge they
+quote belongs to the plugins that own it (a direction's description, the architecture's knowledge,
+rubric and strategies of it, a space's description, a workload's contract, an architecture's toolchain)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hiera_core.agents.answers import JUDGE_SCHEMA, OA_SCHEMA, SPA_SCHEMA
+from hiera_core.agents.context import Brief, PlanningContext
+from hiera_core.agents.feedback import outcome, execution_feedback, profile_summary
+from hiera_core.records import Candidate, Measured, SpaceDecision
+
+if TYPE_CHECKING:
+    from hiera_core.session import Session
+
+FILE_LIMIT = 4000
+"""Characters of one frozen contract file quoted in a prompt."""
+FENCE_LANGUAGE = {".c": "c", ".h": "c", ".cu": "cuda", ".cpp": "cpp", ".py": "python", ".json": "json"}
+
+
+def _fence(text: str, filename: str) -> str:
+    return f"```{FENCE_LANGUAGE.get(Path(filename).suffix, '')}\n{text.rstrip()}\n```"
+
+
+def _task_section(ctx: PlanningContext) -> str:
+    return f"# Task: {ctx.task.name} ({ctx.task.workload}), round {ctx.round}\n{ctx.task.description}"
+
+
+def _contract_section(ctx: PlanningContext) -> str:
+    contract = ctx.contract
+    lines = [
+        f"# Contract\nYou write exactly one file, `{contract.source_filename}`; everything else is frozen."
+        f" It must define:\n{contract.interface.rstrip()}"
+    ]
+    for name, text in sorted(contract.files.items()):
+        cut = "" if len(text) <= FILE_LIMIT else f"\n(first {FILE_LIMIT} of {len(text)} characters)"
+        lines.append(f"## Frozen file `{name}`\n{_fence(text[:FILE_LIMIT], name)}{cut}")
+    return "\n".join(lines)
+
+
+def _target_section(ctx: PlanningContext) -> str:
+    tools = "; ".join(f"{k}: {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in ctx.toolchain.items())
+    return f"# Target\nArchitecture `{ctx.arch}`. The file is built with {tools}."
+
+
+def _subject_section(title: str, candidate: Candidate | None, feedback: str, filename: str) -> str:
+    if candidate is None:
+        return f"# {title}\n(none yet)"
+    label = f"`{candidate.id}` (round {candidate.round}, {candidate.strategy or 'initial candidate'})"
+    return f"# {title}: {label}\n{_fence(candidate.source, filename)}\n## What running it gave\n{feedback}"
+
+
+def _failures_section(ctx: PlanningContext) -> str:
+    failed = [(c, e) for c, e in ctx.history if c.round == ctx.round - 1 and not isinstance(e, Measured)]
+    if not failed:
+        return ""
+    lines = [f"# Failures of round {ctx.round - 1} (avoid repeating them)"]
+    for i, (candidate, evaluation) in enumerate(failed):
+        text = execution_feedback(evaluation) if i < 3 else outcome(evaluation)
+        lines.append(f"- `{candidate.id}` ({candidate.strategy or '-'}): {text}")
+    return "\n".join(lines)
+
+
+def _decisions_section(ctx: PlanningContext) -> str:
+    if not ctx.plans:
+        return ""
+    lines = ["# Decisions so far"]
+    for plan in ctx.plans:
+        scores = " ".join(f"{d}={s:.2f}" for d, s in plan.decision.scores.items())
+        results = [e.latency_ms for c, e in ctx.history if c.round == plan.round and isinstance(e, Measured)]
+        evaluated = sum(1 for c, _ in ctx.history if c.round == plan.round)
+        best = f"round best {min(results):.4g} ms" if results else "no valid candidate"
+        lines.append(
+            f"- round {plan.round}: space {plan.decision.space}, direction {plan.decision.direction} ({scores}),"
+            f" strategy {plan.strategy.name}: {len(results)}/{evaluated} valid, {best}"
+        )
+    return "\n".join(lines)
+
+
+def _history_section(ctx: PlanningContext, limit: int = 12) -> str:
+    rows = [
+        f"- `{c.id}` round {c.round} {c.space} {c.direction or '-'} {c.strategy or 'initial'}: {outcome(e)}"
+        for c, e in ctx.history[-limit:]
+    ]
+    return "# Candidates so far (latest last)\n" + ("\n".join(rows) or "- none")
+
+
+def _join(*sections: str) -> str:
+    return "\n\n".join(s for s in sections if s)
+
+
+def _answer_format(schema: dict[str, Any], example: dict[str, Any]) -> str:
+    return (
+        "# Answer\nOne JSON object that follows this JSON schema, and nothing else:\n"
+        f"{json.dumps(schema)}\nFor example:\n{json.dumps(example)}"
+    )
+
+
+
+def _best_section(session: Session, ctx: PlanningContext) -> str:
+    summary = profile_summary(ctx.parent_evaluation, session.directions)
+    return _subject_section("Current best candidate", ctx.parent, summary, ctx.contract.source_filename)
+
+
+# --- the roles' prompts -----------------------------------------------------------------------
+
+
+def ssda(session: Session, ctx: PlanningContext, schema: dict[str, Any]) -> str:
+    """SSDA: choose the space among `ctx.allowed_spaces` and score every direction."""
+    directions, knowledge = session.directions, session.context.knowledge
+    spaces = "\n".join(f"- {s.name}: {s.description}" for s in session.spaces if s.name in ctx.allowed_spaces)
+    rubric = "\n".join(
+        f"- {d.name} ({d.title}): {d.description}\n  Rubric: {knowledge[d.name].rubric}" for d in directions.values()
+    )
+    example = {"space": ctx.allowed_spaces[0], "scores": {d: 0.5 for d in directions}, "rationale": "which evidence, which headroom"}
+    return _join(
+        "You are the Search-Space Decision Agent (SSDA) of HIERA, which optimises one kernel in rounds. Choose where"
+        " this round's candidates are searched: one implementation space, and for every optimisation direction a"
+        " score in [0, 1] of how much time it could still win, judged from the current best candidate's profile"
+        " with each direction's rubric. The top-scored direction is planned and implemented next; a direction"
+        " that earlier rounds already tried without gain deserves a lower score.",
+        _task_section(ctx),
+        _contract_section(ctx),
+        _target_section(ctx),
+        _best_section(session, ctx),
+        _failures_section(ctx),
+        _decisions_section(ctx),
+        _history_section(ctx),
+        "# Implementation spaces you may choose (nested: each admits everything of the ones above it)\n" + spaces,
+        "# Directions and their rubric\n" + rubric,
+        _answer_format(schema, example),
+    )
+
+
+def spa(session: Session, ctx: PlanningContext, decision: SpaceDecision) -> str:
+    """SPA: a concrete strategy for the decided space and its top direction."""
+    direction = session.directions[decision.direction]
+    known = session.context.knowledge[decision.direction]
+    catalogue = "\n".join(
+        f"- {s.name}: " + " ".join(s.steps) + (f" Constraints: {' '.join(s.constraints)}" if s.constraints else "")
+        for s in known.strategies_for(session.space(decision.space).rank)
+    )
+    scores = " ".join(f"{d}={s:.2f}" for d, s in decision.scores.items())
+    example = {"name": "kebab-case-name", "steps": ["first concrete change", "second"], "constraints": ["what must stay true"]}
+    return _join(
+        "You are the Strategy Planning Agent (SPA) of HIERA. Turn this round's decision into one concrete strategy:"
+        " ordered steps that every candidate of the round implements, and the constraints they must respect."
+        " Adapt or combine the known strategies to what the profile shows; stay inside the space.",
+        _task_section(ctx),
+        _contract_section(ctx),
+        _target_section(ctx),
+        _best_section(session, ctx),
+        _failures_section(ctx),
+        _decisions_section(ctx),
+        f"# Decision\nspace {decision.space}, direction {decision.direction} ({scores}). Rationale: {decision.rationale}",
+        f"# Space {decision.space}\n{session.space(decision.space).description}",
+        f"# Direction {direction.name}: {direction.title}\n{direction.description}\n{known.knowledge}",
+        f"# Known strategies for {direction.name} in {decision.space}\n"
+        + (catalogue or f"- none known here on '{session.context.kind}' architectures: devise one from the profile"),
+        _answer_format(SPA_SCHEMA, example),
+    )
+
+
+def judge(session: Session, ctx: PlanningContext, space: str) -> str:
+    """The CudaForge-like judge: one bottleneck of the best candidate and the one method that removes it."""
+    example = {"bottleneck": "what limits it, citing metrics", "method": "kebab-case-name", "steps": ["..."], "constraints": ["..."]}
+    return _join(
+        "You are the judge of a kernel refinement loop. Read the best candidate's measurement and profile and"
+        " name exactly one bottleneck, the one optimisation method that removes it, and the steps a coder"
+        " follows to apply it. If the last round's candidates failed, say what they got wrong in the steps.",
+        _task_section(ctx),
+        _contract_section(ctx),
+        _target_section(ctx),
+        _best_section(session, ctx),
+        _failures_section(ctx),
+        f"# Implementation space\n{session.space(space).description}",
+        _answer_format(JUDGE_SCHEMA, example),
+    )
+
+
+def oa(session: Session, ctx: PlanningContext, brief: Brief, *, space: str, sample: int, requests: int, k: int) -> str:
+    """OA: `brief.count` complete sources of the contract's file, in `space`."""
+    filename = ctx.contract.source_filename
+    wanted = "one complete version" if brief.count == 1 else f"{brief.count} different complete versions"
+    independent = (
+        f"\nThis is request {sample + 1} of {requests} for this round's {k} candidates; the others are answered"
+        " independently, so make your own choices where the brief leaves room (tile and block sizes, unroll"
+        " factors, loop order, vector width)."
+        if requests > 1
+        else ""
+    )
+    example = {"candidates": [{"source": f"<the whole of {filename}>"}] * brief.count}
+    return _join(
+        "You are the Optimization Agent (OA) of HIERA. Write candidate implementations of the contract below,"
+        " faster than the candidate shown and exactly as correct.",
+        _task_section(ctx),
+        _contract_section(ctx),
+        _target_section(ctx),
+        _subject_section("Starting point", brief.subject, brief.feedback, filename),
+        _failures_section(ctx) if brief.show_failures else "",
+        f"# What to do\n{brief.instruction}\n\n# Implementation space {space}\n{session.space(space).description}",
+        f"# Write\n{wanted} of `{filename}`: the whole file, compilable on its own with the frozen files.{independent}",
+        _answer_format(OA_SCHEMA, example),
+    )

@@ -1,0 +1,248 @@
+"""The three roles over the run's backend: each request cached, recorded and asked again with the error
+when its answer is unusable; OA requests in flight at once when the backend allows it."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import structlog
+
+from hiera_core import records
+from hiera_core.agents import prompts
+from hiera_core.agents.answers import JUDGE_SCHEMA, OA_SCHEMA, SPA_SCHEMA, _fenced_sources, _unfence, extract_json, ssda_schema, validate
+from hiera_core.agents.cache import ANSWER_CACHE, AnswerCache, _recorded_answer
+from hiera_core.agents.context import Brief, GeneratedSource, Generation, PlanningContext
+from hiera_core.plugins import PluginError, one_line
+from hiera_core.protocols import AgentAnswer, AgentRequest, BackendError
+from hiera_core.records import Plan, SpaceDecision, Strategy
+
+if TYPE_CHECKING:
+    from hiera_core.session import Session
+
+log = structlog.get_logger(__name__)
+
+MAX_ATTEMPTS = 3
+"""A request whose answer is unusable (or that the backend could not answer) is asked again, with the
+error, up to this many times in all."""
+
+
+class AgentError(Exception):
+    """An agent gave no usable answer within its attempts."""
+
+
+class Agents:
+    """The three roles over the session's backend, for one run: cached, recorded, retried."""
+
+    def __init__(self, session: Session, *, run_dir: Path, record: Callable[[records.AgentCalled], None]) -> None:
+        self.session = session
+        self.backend = session.backend
+        self.cache = AnswerCache(run_dir / ANSWER_CACHE)
+        self.search = session.registries["searches"].get(session.config.run.strategy)()
+        self._record = record
+        self._record_lock = threading.Lock()
+        self.parallel_requests = max(1, int(getattr(self.backend, "parallel_requests", 1)))
+        self.candidates_per_request: int | None = getattr(self.backend, "candidates_per_request", None)
+
+    @property
+    def plans(self) -> bool:
+        """Whether rounds are planned by SSDA and SPA (recorded as `PlanMade`) before generation."""
+        return self.search.plans and self.session.config.run.planning
+
+    def generate(self, ctx: PlanningContext, plan: Plan | None, k: int) -> Generation:
+        """The round's K sources, written the way the run's strategy writes them."""
+        return self.search.generate(self, ctx, plan, k)
+
+    # --- SSDA and SPA ----------------------------------------------------------------------
+
+    def select_space(self, ctx: PlanningContext) -> SpaceDecision:
+        """SSDA: choose the space among `ctx.allowed_spaces` and score every direction."""
+        directions = self.session.directions
+        schema = ssda_schema(ctx.allowed_spaces, list(directions))
+        prompt = prompts.ssda(self.session, ctx, schema)
+
+        def parse(answer: AgentAnswer) -> SpaceDecision:
+            data = extract_json(answer.text, complete=not answer.truncated)
+            validate(data, schema)
+            scores = {d: float(data["scores"][d]) for d in directions}
+            return SpaceDecision(space=data["space"], scores=scores, rationale=data["rationale"])
+
+        return self._ask(ctx, "ssda", prompt, parse)
+
+    def plan_strategy(self, ctx: PlanningContext, decision: SpaceDecision) -> Strategy:
+        """SPA: a concrete strategy for the decided space and its top direction."""
+        prompt = prompts.spa(self.session, ctx, decision)
+
+        def parse(answer: AgentAnswer) -> Strategy:
+            data = extract_json(answer.text, complete=not answer.truncated)
+            validate(data, SPA_SCHEMA)
+            return Strategy(
+                space=decision.space,
+                direction=decision.direction,
+                name=data["name"].strip(),
+                steps=list(data["steps"]),
+                constraints=list(data["constraints"]),
+            )
+
+        return self._ask(ctx, "spa", prompt, parse, decision=decision)
+
+    def judge(self, ctx: PlanningContext, space: str) -> dict[str, Any]:
+        """The CudaForge-like judge (asked in the `spa` role): one bottleneck of the best candidate, read
+        from its whole profile, and the one method and steps that remove it."""
+        prompt = prompts.judge(self.session, ctx, space)
+
+        def parse(answer: AgentAnswer) -> dict[str, Any]:
+            data = extract_json(answer.text, complete=not answer.truncated)
+            validate(data, JUDGE_SCHEMA)
+            return data
+
+        return self._ask(ctx, "spa", prompt, parse)
+
+    # --- OA ----------------------------------------------------------------------------------
+
+    def split(self, k: int) -> list[int]:
+        """How many sources each OA request of a round asks for: the backend's `candidates_per_request`
+        each (the last one the rest), or all K in one request."""
+        per = self.candidates_per_request or k
+        return [min(per, k - start) for start in range(0, k, per)]
+
+    def generate_candidates(
+        self, ctx: PlanningContext, briefs: list[Brief], *, space: str, strategy: Strategy | None = None
+    ) -> tuple[list[GeneratedSource], list[str]]:
+        """OA: one request per brief, up to the backend's `parallel_requests` in flight; the sources in
+        brief order, and a note for every brief that produced none."""
+        k = sum(b.count for b in briefs)
+
+        def write(sample: int, brief: Brief) -> list[GeneratedSource]:
+            prompt = prompts.oa(self.session, ctx, brief, space=space, sample=sample, requests=len(briefs), k=k)
+            parent_id = brief.subject.id if brief.subject else None
+
+            def parse(answer: AgentAnswer) -> list[GeneratedSource]:
+                try:
+                    data = extract_json(answer.text, complete=not answer.truncated)
+                    validate(data, OA_SCHEMA)
+                    items = data["candidates"]
+                except ValueError as exc:
+                    items = [{"source": block} for block in _fenced_sources(answer.text)]
+                    if not items:
+                        raise ValueError(f"no candidate source in the answer ({exc}); expected the JSON object asked for") from None
+                origin = " ".join(filter(None, (self.backend.name, answer.model)))
+                return [
+                    GeneratedSource(
+                        source=_unfence(str(item["source"])),
+                        params=dict(item.get("params", {})),
+                        origin=str(item.get("origin") or origin),
+                        parent_id=item.get("parent_id") or parent_id,
+                    )
+                    for item in items[: brief.count]
+                ]
+
+            return self._ask(ctx, "oa", prompt, parse, sample=sample, candidates=brief.count, strategy=strategy, k=brief.count)
+
+        outcomes = self._in_parallel([lambda i=i, b=b: write(i, b) for i, b in enumerate(briefs)])
+        sources, notes = [], []
+        for outcome in outcomes:
+            if isinstance(outcome, AgentError):
+                notes.append(str(outcome))
+            else:
+                sources += outcome
+        return sources, notes
+
+    # --- asking ------------------------------------------------------------------------------
+
+    def _ask(self, ctx: PlanningContext, role: str, prompt: str, parse: Callable[[AgentAnswer], Any], *,
+             sample: int = 0, candidates: int = 0, **context: Any) -> Any:
+        base = AgentRequest(
+            role=role,
+            prompt=prompt,
+            context={**attrs.asdict(ctx, recurse=False), **context},
+            round=ctx.round,
+            sample=sample,
+            candidates=candidates,
+        )
+        reask, error = "", None
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            request = attrs.evolve(base, prompt=prompt + reask, attempt=attempt)
+            started = time.perf_counter()
+            answer, cached, error = self._answer(request)
+            value = None
+            if answer is not None:
+                try:
+                    value = parse(answer)
+                except (ValueError, KeyError, TypeError) as exc:
+                    cut = "the answer was cut off at the output-token limit; " if answer.truncated else ""
+                    error = f"unusable answer: {cut}{exc}"
+                    reask = (
+                        f"\n\n# Your previous answer (attempt {attempt}) was unusable\n{cut}{exc}\nIt began:\n"
+                        f"{answer.text[:400]}\n\nAnswer again, exactly in the format asked for"
+                        f"{' and more briefly' if cut else ''}."
+                    )
+            self._note(request, answer, cached=cached, error=error, wall_s=time.perf_counter() - started)
+            if error is None:
+                return value
+            log.warning("agent_answer_rejected", role=role, sample=sample, attempt=attempt, error=error)
+        where = f"{role} request {sample + 1}" if role == "oa" else role
+        raise AgentError(f"{where}: no usable answer after {MAX_ATTEMPTS} attempts (last: {error})")
+
+    def _answer(self, request: AgentRequest) -> tuple[AgentAnswer | None, bool, str | None]:
+        """(answer, served from the cache, why there is none)."""
+        recorded = self.cache.get(request)
+        if recorded is not None:
+            return _recorded_answer(recorded), True, None
+        try:
+            answer = self.backend.answer(request)
+        except BackendError as exc:
+            return None, False, f"backend {self.backend.name}: {exc}"
+        except Exception as exc:  # a bug, not an answer that could not be had: asking again cannot help
+            log.exception("backend_failed", backend=self.backend.name, role=request.role)
+            raise PluginError(
+                f"backend '{self.backend.name}' failed on round {request.round}'s {request.role} request: {one_line(exc)}"
+            ) from exc
+        self.cache.put(request, answer, self.backend.name)
+        return answer, False, None
+
+    def _note(self, request: AgentRequest, answer: AgentAnswer | None, *, cached: bool, error: str | None, wall_s: float) -> None:
+        event = records.AgentCalled(
+            round=request.round,
+            role=request.role,
+            sample=request.sample,
+            attempt=request.attempt,
+            backend=self.backend.name,
+            model=answer.model if answer else "",
+            input_tokens=answer.input_tokens if answer else 0,
+            output_tokens=answer.output_tokens if answer else 0,
+            cost_usd=answer.cost_usd if answer else None,
+            wall_s=round(wall_s, 4),
+            cached=cached,
+            error=error,
+        )
+        with self._record_lock:
+            self._record(event)
+
+    def _in_parallel(self, calls: list[Callable[[], Any]]) -> list[Any]:
+        """Run `calls` with up to `parallel_requests` in flight; each result, or its AgentError, in order.
+        Daemon threads, so that Ctrl-C ends a run even while a backend waits (a person, a slow service)."""
+        results: list[Any] = [None] * len(calls)
+        slots = threading.Semaphore(self.parallel_requests)
+
+        def run(i: int, context: contextvars.Context) -> None:
+            with slots:
+                try:
+                    results[i] = context.run(calls[i])
+                except Exception as exc:  # AgentError is a result; anything else is re-raised below
+                    results[i] = exc
+
+        threads = [threading.Thread(target=run, args=(i, contextvars.copy_context()), daemon=True) for i in range(len(calls))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for result in results:
+            if isinstance(result, Exception) and not isinstance(result, AgentError):
+                raise result
+        return results
