@@ -18,8 +18,9 @@ line the command prints.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +127,9 @@ def run(resolved: HieraConfig | None = None, *, plugins: Iterable[Any] = (), ent
     `run_dir` (a new `runs/<id>` under the current directory when empty)."""
     config = _resolved(resolved, settings_)
     run_session = session(config, plugins=plugins, entry_points=entry_points)
-    store = create_run(run_session, Path(config.run.run_dir) if config.run.run_dir else None)
-    return optimize(run_session, store)
+    with executing(run_session):
+        store = create_run(run_session, Path(config.run.run_dir) if config.run.run_dir else None)
+        return optimize(run_session, store)
 
 
 def resume(run_dir: str | Path, *, plugins: Iterable[Any] = (), entry_points: bool = True) -> RunResult:
@@ -140,8 +142,21 @@ def resume(run_dir: str | Path, *, plugins: Iterable[Any] = (), entry_points: bo
 
 def optimize(run_session: Session, store: RunStore) -> RunResult:
     """The loop for a session and its run directory (a new one, or one to resume)."""
-    best = Engine(run_session, store).optimize()
+    with executing(run_session):
+        best = Engine(run_session, store).optimize()
     return RunResult.read(store, best, run_session.notices)
+
+
+@contextlib.contextmanager
+def executing(run_session: Session) -> Iterator[None]:
+    """The session's executor opened (`Executor.open`: a cluster reached, or started) for the block, and closed
+    after it however it ends; an executor that cannot evaluate raises ExecutorError before anything is written."""
+    executor = run_session.executor
+    getattr(executor, "open", lambda pipeline: None)(run_session.pipeline)
+    try:
+        yield
+    finally:
+        getattr(executor, "close", lambda: None)()
 
 
 def evaluate(source: str, resolved: HieraConfig | None = None, *, space: str | None = None, workdir: str | Path | None = None,
@@ -172,4 +187,5 @@ def _plugin_manager(plugins: Iterable[Any], entry_points: bool) -> pluggy.Plugin
     return make_plugin_manager(autoload=entry_points, extra_plugins=list(plugins))
 
 
-__all__ = ["EvalResult", "RunResult", "SettingsError", "evaluate", "optimize", "resume", "run", "session", "settings"]
+__all__ = ["EvalResult", "RunResult", "SettingsError", "evaluate", "executing", "optimize", "resume", "run", "session",
+           "settings"]

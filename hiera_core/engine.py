@@ -16,12 +16,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pluggy
 import structlog
 
 from hiera_core import agents, records, sandbox
 from hiera_core.config import ConfigError
+from hiera_core.pipeline import SPACE_CHECK, Evaluated
 from hiera_core.plugins import PluginError, collect
 from hiera_core.protocols import EvalJob, NoSeed, StagePassed
 from hiera_core.records import Candidate, Evaluation, Measured
@@ -31,10 +31,6 @@ from hiera_core.session import TABLE_KIND, Session
 from hiera_core.store import RunStore, new_run_id, write_text_atomic
 
 log = structlog.get_logger(__name__)
-
-SPACE_CHECK = "space-check"
-"""The name under which a candidate's space check is timed, beside its evaluator stages (`stage_s`)."""
-
 
 def create_run(session: Session, run_dir: Path | None = None) -> RunStore:
     """Make a new run directory with its manifest."""
@@ -126,8 +122,6 @@ class Engine:
         self.history: list[tuple[Candidate, Evaluation]] = []
         self.recorded = store.evaluated()
         self.roofline: records.Roofline | None = None
-        self.wall_s: dict[str, float] = {}
-        self.stage_s: dict[str, dict[str, float]] = {}
         self.agents = agents.Agents(session, run_dir=store.path, record=store.append)
 
     # --- the loop --------------------------------------------------------------------------
@@ -165,8 +159,8 @@ class Engine:
             self.store.append(
                 records.RunFinished(
                     best_candidate_id=best.id if best else None,
-                    remeasured=remeasured,
-                    remeasure_stage_s=self.stage_s.pop(best.id, {}) if remeasured else {},
+                    remeasured=remeasured.evaluation if remeasured else None,
+                    remeasure_stage_s=remeasured.stage_s if remeasured else {},
                 )
             )
         write_report(self.store)
@@ -308,8 +302,8 @@ class Engine:
                 hook.hiera_candidate_evaluated(context=self.session.context, candidate=candidate, evaluation=evaluation)
             else:
                 pending.append(self._job(candidate))
-        for job, evaluation in self.session.executor.run(pending, self.evaluate):
-            self._record(job, evaluation)
+        for job, evaluated in self.session.executor.run(pending, self.session.pipeline):
+            self._record(job, evaluated)
         best = self.best()
         best_eval = self._evaluation_of(best)
         latency = best_eval.latency_ms if isinstance(best_eval, Measured) else None
@@ -326,28 +320,18 @@ class Engine:
             workdir=workdir, remeasure=remeasure,
         )
 
-    def evaluate(self, job: EvalJob) -> Evaluation:
-        """Evaluate one candidate (from an executor's thread), remembering how long it took."""
-        started = time.perf_counter()
-        self.stage_s[job.candidate.id] = stages = {}
-        try:
-            return evaluate_candidate(self.session, job, stages)
-        finally:
-            self.wall_s[job.candidate.id] = time.perf_counter() - started
-
-    def _record(self, job: EvalJob, evaluation: Evaluation) -> None:
-        candidate = job.candidate
+    def _record(self, job: EvalJob, evaluated: Evaluated) -> None:
+        candidate, evaluation = job.candidate, evaluated.evaluation
+        write_files(job.workdir, evaluated.files)
         write_text_atomic(job.workdir / "evaluation.json", evaluation_to_json(evaluation))
         event = records.CandidateEvaluated(
-            candidate=candidate,
-            evaluation=evaluation,
-            wall_s=self.wall_s.pop(candidate.id, 0.0),
-            stage_s=self.stage_s.pop(candidate.id, {}),
+            candidate=candidate, evaluation=evaluation, wall_s=evaluated.wall_s, stage_s=evaluated.stage_s,
         )
         self.store.append(event)
         self.recorded[candidate.id] = event
         self.history.append((candidate, evaluation))
-        log.info("candidate_evaluated", candidate=candidate.id, outcome=type(evaluation).__name__)
+        log.info("candidate_evaluated", candidate=candidate.id, outcome=type(evaluation).__name__,
+                 attempts=evaluated.attempts)
         self.session.pm.hook.hiera_candidate_evaluated(context=self.session.context, candidate=candidate, evaluation=evaluation)
 
     def _evaluate_baselines(self) -> None:
@@ -370,20 +354,21 @@ class Engine:
             )
             names[job.workdir] = baseline.name
             jobs.append(job)
-        for job, evaluation in self.session.executor.run(jobs, self.evaluate):
-            write_text_atomic(job.workdir / "evaluation.json", evaluation_to_json(evaluation))
-            self.stage_s.pop(job.candidate.id, None)
+        for job, evaluated in self.session.executor.run(jobs, self.session.pipeline):
+            write_files(job.workdir, evaluated.files)
+            write_text_atomic(job.workdir / "evaluation.json", evaluation_to_json(evaluated.evaluation))
             self.store.append(
                 records.BaselineEvaluated(
-                    name=names[job.workdir], candidate=job.candidate, evaluation=evaluation,
-                    wall_s=round(self.wall_s.pop(job.candidate.id, 0.0), 4),
+                    name=names[job.workdir], candidate=job.candidate, evaluation=evaluated.evaluation,
+                    wall_s=round(evaluated.wall_s, 4),
                 )
             )
-            log.info("baseline_evaluated", baseline=names[job.workdir], outcome=type(evaluation).__name__)
+            log.info("baseline_evaluated", baseline=names[job.workdir], outcome=type(evaluated.evaluation).__name__)
 
-    def _remeasure(self, best: Candidate) -> Evaluation:
-        [(_, evaluation)] = list(self.session.executor.run([self._job(best, remeasure=True)], self.evaluate))
-        return evaluation
+    def _remeasure(self, best: Candidate) -> Evaluated:
+        [(job, evaluated)] = list(self.session.executor.run([self._job(best, remeasure=True)], self.session.pipeline))
+        write_files(job.workdir, evaluated.files)
+        return evaluated
 
 
 def _nothing_left(round_: int, plan: records.Plan) -> records.CandidatesGenerated:
@@ -397,52 +382,17 @@ def _nothing_left(round_: int, plan: records.Plan) -> records.CandidatesGenerate
 def evaluate_candidate(
     session: Session, job: EvalJob, stage_s: dict[str, float] | None = None, *, device: bool = True
 ) -> Evaluation | StagePassed:
-    """The evaluation pipeline for one candidate: its space's static check, then the architecture's
-    stages in order (see `protocols.Evaluator.order`). `stage_s`, when given, receives the wall
-    seconds of each stage that ran, by name (`space-check`, then the evaluators'). `device=False` stops
-    before the first stage that holds the device and returns that stage's input (`StagePassed`)."""
-    stage_s = {} if stage_s is None else stage_s
-    started = time.perf_counter()
-    reason = session.arch.check_source(job.candidate.source, session.space(job.candidate.space).rank)
-    stage_s[SPACE_CHECK] = round(time.perf_counter() - started, 4)
-    if reason:
-        return records.StaticRejected(reason=f"{job.candidate.space}: {reason}")
-    for evaluator in session.evaluators:
-        if not device and getattr(evaluator, "holds_device", False):
-            return StagePassed(job=job)
-        started = time.perf_counter()
-        try:
-            result = evaluator.evaluate(job)
-        except Exception as exc:  # an evaluator bug costs this candidate, not the run
-            log.exception("evaluator_failed", evaluator=evaluator.name, candidate=job.candidate.id)
-            return records.Crashed(reason=f"evaluator {evaluator.name} failed: {exc!r}")
-        finally:
-            stage_s[evaluator.name] = round(time.perf_counter() - started, 4)
-        if isinstance(result, StagePassed):
-            job = result.job
-        elif isinstance(result, Measured):
-            job = attrs.evolve(job, measured=result)
-        else:
-            return result
-    if job.measured is None:
-        raise RuntimeError(f"no evaluator of '{job.arch}' measured the candidate")
-    return implausible(job.measured, job.roofline, session.config.run) or job.measured
+    """One candidate through the session's pipeline in this process (`Pipeline.stages`)."""
+    return session.pipeline.stages(job, stage_s, device=device)
 
 
-def implausible(measured: Measured, roofline: records.Roofline | None, run) -> records.Rejected | None:
-    """The plausibility rules every architecture shares: a latency below `floor_margin` of the roofline floor,
-    or a speedup over the reference beyond `max_speedup`, cannot be true and is rejected, never ranked."""
-    latency = measured.latency_ms
-    if roofline is not None and latency < run.floor_margin * roofline.floor_ms:
-        return records.Rejected(
-            reason=f"{latency:.4f} ms is below {run.floor_margin:.0%} of the roofline floor {roofline.floor_ms:.4f} ms"
-                   f" ({roofline.bytes_moved / 1e6:.1f} MB at {roofline.peak_gbps:.0f} GB/s, {roofline.flops / 1e9:.2f}"
-                   f" GFLOP at {roofline.peak_gflops:.0f} GFLOP/s): physically impossible", latency_ms=latency)
-    if measured.reference_latency_ms / latency > run.max_speedup:
-        return records.Rejected(
-            reason=f"speedup {measured.reference_latency_ms / latency:.0f}x over the reference exceeds the"
-                   f" plausibility bound {run.max_speedup:.0f}x", latency_ms=latency)
-    return None
+def write_files(workdir: Path, files: Mapping[str, str]) -> None:
+    """The text files the stages wrote when the job ran elsewhere, into the run's candidate folder `workdir`."""
+    root = workdir.resolve()
+    for name, text in files.items():
+        path = (workdir / name).resolve()
+        if path.is_relative_to(root) and path != root:  # a name from elsewhere never writes outside the folder
+            write_text_atomic(path, text)
 
 
 def roofline_for(session: Session) -> records.Roofline:

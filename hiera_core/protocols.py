@@ -9,7 +9,7 @@ config class); LLM backends get the session as a second argument.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -246,7 +246,10 @@ class Architecture(Protocol):
     Optional: `preference: int` (default 0): `--arch auto` takes, of the architectures that can run here, the
     one with the highest preference; `kind: str` (default: its name): the kind of candidate it runs, which
     names the workload side (`Workload.contract(task, kind)`, ...) and the evaluators (`Evaluator.arch`) that
-    serve it, so a new architecture of an existing kind (another CPU, another compiler) needs neither."""
+    serve it, so a new architecture of an existing kind (another CPU, another compiler) needs neither;
+    `accelerator: str | None` (default None): the device its `holds_device` stages occupy, one per candidate
+    (`"GPU"` for cuda), so that an executor spreading work over machines sends those stages to a worker holding
+    one; None: they need only the machine's CPUs."""
 
     name: ClassVar[str]
     config_class: ClassVar[type | None]
@@ -342,17 +345,31 @@ class Evaluator(Protocol):
         ...
 
 
+class ExecutorError(HieraError):
+    """An executor cannot evaluate at all (its cluster cannot be reached, ...): the run stops with this one line."""
+
+
 @runtime_checkable
 class Executor(Protocol):
-    """Where and how concurrently evaluation runs."""
+    """Where and how concurrently evaluation runs.
+
+    Optional: `open(pipeline)`, called before a run starts (or resumes) with its pipeline: get ready (reach a
+    cluster), raise ExecutorError (or the pipeline's CannotTravel) when evaluation cannot happen, before the run
+    writes anything; `close()`, called once the run has ended, however it ended: release what `open` took (both may
+    be called more than once); `concurrent_runs(pipeline) -> int`: how many runs of a suite (`--all-tasks`) it can
+    keep busy at once (1 without it: one after another); `cancel()`: Ctrl-C during a suite whose runs go on in
+    threads: stop the work of every run of this process soon (their `run` raises ExecutorError)."""
 
     name: ClassVar[str]
     config_class: ClassVar[type | None]
 
-    def run(
-        self, jobs: Iterable[EvalJob], evaluate: Callable[[EvalJob], Evaluation]
-    ) -> Iterator[tuple[EvalJob, Evaluation]]:
-        """Evaluate every job with `evaluate`, yielding each (job, evaluation) as it finishes."""
+    def run(self, jobs: Iterable[EvalJob], pipeline: Any) -> Iterator[tuple[EvalJob, Any]]:
+        """Evaluate every job through `pipeline` (`hiera_core.pipeline.Pipeline`), yielding each job with its
+        `Evaluated` as it finishes, in any order, each job exactly once. In this process: `pipeline.evaluate(job)`.
+        In another process or machine: `pipeline.request(job)` (data; CannotTravel when the pipeline cannot be
+        rebuilt elsewhere) goes there and `hiera_core.pipeline.evaluate_elsewhere` evaluates it; only the run's
+        process writes the run directory. A job that cannot be evaluated for the executor's own reasons (its worker
+        died) is yielded as `Crashed` with the reason, never dropped."""
         ...
 
 

@@ -11,6 +11,7 @@ import structlog
 from hiera_core import sandbox
 from hiera_core.config import ConfigError, HieraConfig, RunConfig, structure, unstructure
 from hiera_core.context import RunContext
+from hiera_core.pipeline import Pipeline, pipeline_for
 from hiera_core.plugins import KINDS, Registry, UnknownName, collect, direction_knowledge, run_defaults
 from hiera_core.protocols import (
     Architecture,
@@ -59,6 +60,8 @@ class Session:
     """What backends and observers read about the run."""
     notices: list[str] = attrs.field(factory=list)
     """One-line messages for the user (e.g. the architecture chosen by `auto`)."""
+    pipeline: Pipeline = attrs.field(init=False)
+    """What evaluates a candidate: the architecture's stages, and how to rebuild them in another process."""
 
     @classmethod
     def create(cls, config: HieraConfig, pm: pluggy.PluginManager, *, device: bool = True) -> Session:
@@ -112,7 +115,7 @@ class Session:
         context = RunContext(run=run, workload=workload, task=task, arch=arch_name, kind=getattr(arch, "kind", arch_name),
                              spaces=tuple(spaces), directions=directions, notices=tuple(notices),
                              knowledge=direction_knowledge(pm, directions, kind))
-        return cls(
+        session = cls(
             pm=pm,
             config=config,
             registries=registries,
@@ -128,6 +131,8 @@ class Session:
             context=context,
             notices=notices,
         )
+        session.pipeline = pipeline_for(config, pm, arch, evaluators, session.resolved_config())
+        return session
 
     @property
     def arch_name(self) -> str:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
 import attrs
 
 from hiera_core import EvalJob, hookimpl
-from hiera_core.records import Evaluation
+from hiera_core.pipeline import Evaluated, Pipeline
 
 
 @attrs.frozen(kw_only=True)
@@ -29,16 +29,14 @@ class LocalExecutor:
     def __init__(self, config: LocalConfig) -> None:
         self.config = config
 
-    def run(
-        self, jobs: Iterable[EvalJob], evaluate: Callable[[EvalJob], Evaluation]
-    ) -> Iterator[tuple[EvalJob, Evaluation]]:
+    def run(self, jobs: Iterable[EvalJob], pipeline: Pipeline) -> Iterator[tuple[EvalJob, Evaluated]]:
         jobs = list(jobs)
         if self.config.workers == 1:
             for job in jobs:
-                yield job, evaluate(job)
+                yield job, pipeline.evaluate(job)
             return
         with ThreadPoolExecutor(max_workers=self.config.workers) as pool:
-            futures = [(job, pool.submit(evaluate, job)) for job in jobs]
+            futures = [(job, pool.submit(pipeline.evaluate, job)) for job in jobs]
             for job, future in futures:
                 yield job, future.result()
 

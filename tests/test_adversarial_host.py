@@ -12,7 +12,8 @@ import pytest
 
 from hiera_core import records
 from hiera_core.config import load_config
-from hiera_core.engine import evaluate_source, implausible
+from hiera_core.engine import evaluate_source
+from hiera_core.pipeline import implausible
 from hiera_core.judging import bound_timing
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.sandbox import protection

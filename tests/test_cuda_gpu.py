@@ -15,7 +15,7 @@ from gpu_tasks import SEEDS  # noqa: E402
 
 from hiera_core import records  # noqa: E402
 from hiera_core.config import load_config  # noqa: E402
-from hiera_core.engine import candidate_id, evaluate_candidate, new_job, roofline_for  # noqa: E402
+from hiera_core.engine import candidate_id, new_job, roofline_for  # noqa: E402
 from hiera_core.plugins import make_plugin_manager  # noqa: E402
 from hiera_core.session import Session  # noqa: E402
 
@@ -54,7 +54,7 @@ def _evaluate_all(session, sources, tmp_path, remeasure=False):
         candidate = records.Candidate(id=candidate_id(source, contract, toolchain), source=source, space=space, round=1, origin=name)
         jobs[name] = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=roofline,
                              workdir=tmp_path / f"{name}-{remeasure}", remeasure=remeasure)
-    results = {job.workdir: e for job, e in session.executor.run(list(jobs.values()), lambda job: evaluate_candidate(session, job))}
+    results = {job.workdir: e.evaluation for job, e in session.executor.run(list(jobs.values()), session.pipeline)}
     return {name: results[job.workdir] for name, job in jobs.items()}
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from hiera_core import records
 from hiera_core.config import load_config
-from hiera_core.engine import candidate_id, evaluate_candidate, new_job
+from hiera_core.engine import candidate_id, new_job
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.session import Session
 from hiera_workloads.stencil2d.cuda import CudaStencilHarness, CudaStencilTemplate
@@ -105,12 +105,12 @@ def evaluations(tmp_path_factory):
             job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=None,
                           workdir=root / f"r{radius}-s{steps}" / name)
             jobs[job.workdir] = (radius, steps, name, session, job)
-    executor = sessions[3, 1].executor
-    results = executor.run([job for *_, job in jobs.values()], lambda job: evaluate_candidate(jobs[job.workdir][3], job))
+    # the sessions differ only in the workload's table, which each job carries: one pipeline evaluates them all
+    results = sessions[3, 1].executor.run([job for *_, job in jobs.values()], sessions[3, 1].pipeline)
     evaluated = {}
-    for job, evaluation in results:
+    for job, done in results:
         radius, steps, name, _, _ = jobs[job.workdir]
-        evaluated[radius, steps, name] = (job.candidate.origin, evaluation)
+        evaluated[radius, steps, name] = (job.candidate.origin, done.evaluation)
     _print_table(evaluated)
     return evaluated
 

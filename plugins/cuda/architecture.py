@@ -36,6 +36,8 @@ class CudaArchitecture:
     config_class: ClassVar[type] = CudaConfig
     preference: ClassVar[int] = 10
     """`--arch auto` takes the GPU where it can run, before the host."""
+    accelerator: ClassVar[str] = "GPU"
+    """Its timing and profiling stages hold one GPU each: a distributed executor places them on a worker that has one."""
 
     def __init__(self, config: CudaConfig) -> None:
         self.config = config
