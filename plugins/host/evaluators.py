@@ -4,21 +4,21 @@ profile: a judge process and the candidate's runner, in a sandbox)."""
 from __future__ import annotations
 
 import re
-import threading
 import time
 from typing import ClassVar
 
 import attrs
 
 from hiera_core import EvalJob, StagePassed
-from hiera_core.judging import run_judge
+from hiera_core.judging import device_lock, run_judge
 from hiera_core.records import CompileFailed, Evaluation, JudgeRequest, Judged, Measured, Profile
 from hiera_core.sandbox import run_sandboxed
 
 from hiera_plugins.host.architecture import cpu_cores
 
-_TIMING_LOCK = threading.Lock()
-"""One candidate is timed at a time on this machine, whatever the executor's concurrency."""
+TIMING_LOCK = "host-cpu"
+"""One candidate is timed at a time on this machine, whatever the executor's concurrency: a lock across threads and
+processes (an executor's workers are processes), the GPU lock's counterpart (`hiera_core.judging.device_lock`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -92,7 +92,7 @@ class HostRun:
             settings={**attrs.asdict(self.config), "memory_bytes": memory},
         )
         answer = run_judge("hiera_plugins.host.judge", request, workdir=job.workdir, timeout_s=self.config.timeout_s,
-                           memory_bytes=memory, device_lock=_TIMING_LOCK, env_extra=RUNNER_ENVIRONMENT)
+                           memory_bytes=memory, device_lock=device_lock(TIMING_LOCK), env_extra=RUNNER_ENVIRONMENT)
         if not isinstance(answer, Judged):
             return answer
         return self._measured(job, answer)
