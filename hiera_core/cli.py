@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,6 @@ from rich.console import Console
 from hiera_core import __version__, api, hookimpl
 from hiera_core.config import (
     PLUGIN_TABLES,
-    ConfigError,
     HieraConfig,
     config_from_table,
     structure,
@@ -24,12 +24,12 @@ from hiera_core.config import (
 from hiera_core.engine import check_replayable, tables_in_use
 from hiera_core.errors import HieraError
 from hiera_core.logging import configure_logging
-from hiera_core.plugins import PluginError, UnknownName, collect, describe_plugins, make_plugin_manager
-from hiera_core.protocols import BackendError, StagePassed
+from hiera_core.plugins import PluginError, collect, describe_plugins, make_plugin_manager
+from hiera_core.protocols import StagePassed
 from hiera_core.records import Evaluation, Measured, RunFinished
 from hiera_core.serialization import to_dict
 from hiera_core.report import write_report
-from hiera_core.store import MANIFEST, RunDirError, RunStore, new_run_id
+from hiera_core.store import MANIFEST, RunStore, new_run_id
 from hiera_core.suite import find_runs, write_suite_report
 
 log = structlog.get_logger(__name__)
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(highlight=False, soft_wrap=True)
     try:
         return args.handler(args, console)
-    except (UsageError, ConfigError, UnknownName, PluginError, RunDirError, BackendError) as exc:
+    except HieraError as exc:  # UsageError, ConfigError, UnknownName, PluginError, RunDirError, BackendError, ExecutorError
         print(f"hiera: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -176,36 +176,68 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Console) -> int:
-    """Every task of the workload, one run directory each under the suite folder, one after another; a task
-    that fails is reported in one line and the batch goes on."""
+    """Every task of the workload, one run directory each under the suite folder, as many at once as the executor
+    can keep busy (`Executor.concurrent_runs`; one after another without it); a task that fails is reported in one
+    line and the batch goes on."""
     if config.run.task:
         raise UsageError("--all-tasks runs every task of the workload; drop --task (or select tasks in its config)")
     session = api.session(config, plugins=args.plugins)
     root = Path(config.run.run_dir or Path("runs") / new_run_id())
     failed = dict(getattr(session.workload, "failures", dict)())
     tasks = session.workload.tasks()
-    console.print(f"{len(tasks)} task(s) of {session.workload.name} → {root}", markup=False)
-    for task in tasks:
-        path = root / task.name
-        try:
-            plugins = [*args.plugins, Progress(console, args.log_level)]
-            if (path / MANIFEST).is_file():
-                if any(isinstance(e, RunFinished) for e in RunStore.open(path).events):
-                    console.print(f"{task.name}: finished earlier, skipped", markup=False)
-                    continue
-                _summary(api.resume(path, plugins=plugins), console)
-            else:
-                run = attrs.evolve(config.run, task=task.name, run_dir=str(path))
-                _summary(api.run(attrs.evolve(config, run=run), plugins=plugins), console)
-        except Exception as exc:  # noqa: BLE001 -- one task's failure must not stop the batch
-            failed[task.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            console.print(f"{task.name}: failed: {failed[task.name]}", markup=False)
+    with api.executing(session):  # one cluster (or pool) for the whole suite
+        at_once = min(len(tasks), getattr(session.executor, "concurrent_runs", lambda pipeline: 1)(session.pipeline))
+        console.print(f"{len(tasks)} task(s) of {session.workload.name} → {root}"
+                      + (f", {at_once} at once" if at_once > 1 else ""), markup=False)
+        if at_once > 1:
+            root.mkdir(parents=True, exist_ok=True)
+            configure_logging(json_file=root / "hiera.log.jsonl", console=sys.stderr, level=args.log_level)
+
+        def one(task) -> None:
+            path = root / task.name
+            prefix = f"{task.name}: " if at_once > 1 else ""
+            plugins = [*args.plugins, Progress(console, args.log_level, prefix=prefix, configure=at_once == 1)]
+            try:
+                if (path / MANIFEST).is_file():
+                    if any(isinstance(e, RunFinished) for e in RunStore.open(path).events):
+                        console.print(f"{task.name}: finished earlier, skipped", markup=False)
+                        return
+                    _summary(api.resume(path, plugins=plugins), console, prefix)
+                else:
+                    run = attrs.evolve(config.run, task=task.name, run_dir=str(path))
+                    _summary(api.run(attrs.evolve(config, run=run), plugins=plugins), console, prefix)
+            except Exception as exc:  # noqa: BLE001 -- one task's failure must not stop the batch
+                failed[task.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                console.print(f"{task.name}: failed: {failed[task.name]}", markup=False)
+
+        if at_once == 1:
+            for task in tasks:
+                one(task)
+        else:
+            _concurrently(one, tasks, at_once, session.executor)
     for label, reason in failed.items():
         console.print(f"{label}: {reason}", markup=False)
     runs = [p for p in sorted(root.iterdir()) if (p / MANIFEST).is_file()] if root.is_dir() else []
     if runs:
         console.print(f"suite report: {write_suite_report(runs, root)}", markup=False)
     return 1 if failed or not runs else 0
+
+
+def _concurrently(one, tasks: list, at_once: int, executor) -> None:
+    """`one(task)` for every task, `at_once` in threads. Ctrl-C asks the executor to stop its work for every run
+    (`cancel`), waits for the runs to end and goes on as an interrupt."""
+    pool = ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="hiera-suite")
+    futures = [pool.submit(one, task) for task in tasks]
+    try:
+        while not all(f.done() for f in futures):
+            wait(futures, timeout=0.5)
+    except KeyboardInterrupt:
+        for future in futures:
+            future.cancel()
+        getattr(executor, "cancel", lambda: None)()
+        pool.shutdown(wait=True)
+        raise
+    pool.shutdown()
 
 
 def _replay_config(args: argparse.Namespace) -> HieraConfig:
@@ -229,38 +261,44 @@ def _resume(args: argparse.Namespace, console: Console) -> int:
     return _summary(api.resume(args.run_dir, plugins=[*args.plugins, Progress(console, args.log_level)]), console)
 
 
-def _summary(result: api.RunResult, console: Console) -> int:
+def _summary(result: api.RunResult, console: Console, prefix: str = "") -> int:
     """The run's last lines: where its report is, what the agents cost, the best; exit code 1 without one."""
-    console.print(f"report: {result.run_dir / 'report.md'}")
+    console.print(f"{prefix}report: {result.run_dir / 'report.md'}")
     if result.costs.calls:
-        console.print(f"agents: {result.costs.describe()}")
+        console.print(f"{prefix}agents: {result.costs.describe()}")
     if result.best_evaluation is None:
-        console.print("no valid candidate was found")
+        console.print(f"{prefix}no valid candidate was found")
         return 1
     best = result.best_evaluation
     line = f"best {best.latency_ms:.3f} ms, {best.speedup_vs_reference:.2f}× the reference"
     seed = result.evaluations[0].evaluation
     if isinstance(seed, Measured):
         line += f", {seed.latency_ms / best.latency_ms:.2f}× the initial candidate"
-    console.print(line)
+    console.print(prefix + line)
     return 0
 
 
 class Progress:
     """The command's console: at the start of a run its notices and one line saying what runs (and the run's
-    JSON log in the run directory), then one line per plan and per evaluated candidate, with the best so far."""
+    JSON log in the run directory, unless `configure` is False: runs of a suite at once share the suite's), then one
+    line per plan and per evaluated candidate, with the best so far; each line after `prefix`."""
 
-    def __init__(self, console: Console, log_level: str):
+    def __init__(self, console: Console, log_level: str, *, prefix: str = "", configure: bool = True):
         self.console, self.log_level, self.budget, self.count, self.best_ms = console, log_level, 0, 0, None
+        self.prefix, self.configure = prefix, configure
+
+    def print(self, line: str) -> None:
+        self.console.print(self.prefix + line)
 
     @hookimpl
     def hiera_run_started(self, context, manifest, run_dir) -> None:
-        configure_logging(json_file=run_dir / "hiera.log.jsonl", console=sys.stderr, level=self.log_level)
+        if self.configure:
+            configure_logging(json_file=run_dir / "hiera.log.jsonl", console=sys.stderr, level=self.log_level)
         for notice in context.notices:
-            self.console.print(notice)
+            self.print(notice)
         run = context.run
         self.budget = run.rounds * run.population
-        self.console.print(
+        self.print(
             f"hiera {context.workload.name}/{context.task.name} on {context.arch}: {run.rounds} rounds × {run.population}"
             f" candidates, space {run.space}, strategy {run.strategy}, backend {run.backend} → {run_dir}"
         )
@@ -268,12 +306,12 @@ class Progress:
     @hookimpl
     def hiera_plan_made(self, plan) -> None:
         scores = " ".join(f"{d}={s:.2f}" for d, s in plan.decision.scores.items())
-        self.console.print(
+        self.print(
             f"[bold]round {plan.round}[/]: space {plan.decision.space}, direction {plan.decision.direction}"
             f" ({scores}), strategy {plan.strategy.name}"
         )
         if plan.decision.exhausted:
-            self.console.print("  every direction scored 0: nothing left to try, the search stops here")
+            self.print("  every direction scored 0: nothing left to try, the search stops here")
 
     @hookimpl
     def hiera_candidate_evaluated(self, candidate, evaluation) -> None:
@@ -287,7 +325,7 @@ class Progress:
             status = f"[red]{type(evaluation).__name__}[/] {reason[0][:80] if reason else ''}"
         where = "initial" if candidate.round == 0 else f"{self.count:>3}/{self.budget}"
         best = f"{self.best_ms:.3f} ms" if self.best_ms is not None else "-"
-        self.console.print(f"  {where} {candidate.id} {status}  best {best}  [dim]{candidate.origin}[/]")
+        self.print(f"  {where} {candidate.id} {status}  best {best}  [dim]{candidate.origin}[/]")
 
 
 def _eval(args: argparse.Namespace, console: Console) -> int:
