@@ -187,7 +187,7 @@ def pipeline_for(config: HieraConfig, pm: pluggy.PluginManager, arch: Architectu
         if isinstance(plugin, type(sys)) and module != "__main__" and getattr(plugin, "__file__", None):
             plugins.append(module)
         elif any(hasattr(plugin, hook) for hook in PIPELINE_HOOKS):
-            objects.append(getattr(plugin, "__qualname__", None) or type(plugin).__qualname__ or name)
+            objects.append(getattr(plugin, "__name__", None) or type(plugin).__name__)
     blocked = tuple(sorted(name for name, plugin in pm.list_name_plugin() if plugin is None))
     if objects:
         return Pipeline(arch=arch, evaluators=evaluators, run=config.run, cannot_travel=(

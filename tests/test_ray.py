@@ -1,0 +1,178 @@
+"""The `ray` executor on a real Ray cluster of this machine (two CPU workers, no GPU): the same candidates and
+decisions as the `local` executor, a suite several runs at once, a worker killed mid-run, an unreachable cluster."""
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import HIERA, PLUGINS, run_hiera
+
+import hiera_core
+from hiera_core import records
+from hiera_core.pipeline import CannotTravel
+from hiera_core.store import RunStore
+
+pytest.importorskip("ray")
+
+CLUSTER = """
+import sys, tempfile, ray
+ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="hiera-test-ray-"),
+         log_to_driver=False, logging_level="ERROR")
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()  # until the test closes it
+ray.shutdown()
+"""
+"""A Ray head node with two CPU workers, started as a process of the test's own, stopped by closing its stdin."""
+
+HOST = ["--arch", "host", "--no-remeasure", "--set", "run.baselines=false"]
+RUN = ["--workload", "stencil2d", *HOST, "--set", "workload.stencil2d.host_n=96"]
+SUITE = ["--workload", "multistencil", "--plugin", "multi_stencil", *HOST, "--rounds", "1", "--population", "2",
+         "--set", "workload.multistencil.host_n=48", "--all-tasks"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """(the `--set` options that point hiera at the cluster, the environment it needs, the head process)."""
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))}
+    head = subprocess.Popen([sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    address = head.stdout.readline().strip()
+    assert address, "the Ray head did not start"
+    yield ["--set", "run.executor=ray", "--set", f'executor.ray.address="{address}"'], env, head
+    head.stdin.close()
+    try:
+        head.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(head.pid, signal.SIGKILL)
+        head.wait()
+
+
+def _decisions(run_dir: Path):
+    """What the search decided: each round's candidates (in the order generated), its plan, each candidate's outcome."""
+    events = RunStore.open(run_dir).events
+    batches = [[c.id for c in e.candidates] for e in events if isinstance(e, records.CandidatesGenerated)]
+    plans = [(e.plan.round, e.plan.decision.space, e.plan.decision.direction, e.plan.strategy.name)
+             for e in events if isinstance(e, records.PlanMade)]
+    outcomes = {e.candidate.id: type(e.evaluation).__name__ for e in events if isinstance(e, records.CandidateEvaluated)}
+    return batches, plans, outcomes
+
+
+def _evaluated(run_dir: Path) -> list[records.CandidateEvaluated]:
+    return [e for e in RunStore.open(run_dir).events if isinstance(e, records.CandidateEvaluated)]
+
+
+def test_a_run_on_the_cluster_makes_the_same_candidates_and_decisions_as_local(cluster, tmp_path):
+    flags, env, _ = cluster
+    budget = ["--rounds", "2", "--population", "2"]
+    local = run_hiera(*RUN, *budget, "--run-dir", "local", cwd=tmp_path)
+    assert local.returncode == 0, local.stderr
+    done = run_hiera(*RUN, *budget, *flags, "--run-dir", "ray", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    batches, plans, outcomes = _decisions(tmp_path / "ray")
+    assert (batches, plans, outcomes) == _decisions(tmp_path / "local")
+    assert len(plans) == 2 and sum(map(len, batches)) == 5 and set(outcomes.values()) == {"Measured"}
+    manifest = json.loads((tmp_path / "ray" / "manifest.json").read_text())
+    assert manifest["config"]["run"]["executor"] == "ray"
+    for candidate in outcomes:  # the workers' logs came back to the driver, which alone wrote the run directory
+        folder = tmp_path / "ray" / "candidates" / candidate
+        assert "-shared" in (folder / "build.log").read_text() and (folder / "judge.log").is_file()
+        assert (folder / "evaluation.json").is_file() and not (folder / "scratch").exists()
+    assert "best" in done.stdout and (tmp_path / "ray" / "report.md").is_file()
+
+
+def test_a_suite_runs_its_tasks_at_once_on_the_cluster_as_local_runs_them_one_by_one(cluster, tmp_path):
+    flags, env, _ = cluster
+    local = run_hiera("run", *SUITE, "--run-dir", "local", cwd=tmp_path)
+    assert local.returncode == 0, local.stderr
+    done = run_hiera("run", *SUITE, *flags, "--set", "executor.ray.runs=2", "--run-dir", "ray", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "2 task(s) of multistencil → ray, 2 at once" in done.stdout
+    tasks = ["box3x3-n10240-s1", "box5x5-n10240-s1"]
+    for task in tasks:
+        assert _decisions(tmp_path / "ray" / task) == _decisions(tmp_path / "local" / task)
+    # at once: each run had started before the other finished
+    started = [(tmp_path / "ray" / task / "manifest.json").stat().st_mtime for task in tasks]
+    finished = [(tmp_path / "ray" / task / "report.md").stat().st_mtime for task in tasks]
+    assert max(started) < min(finished)
+    assert "| stencil2d | adaptive | 2 |" in (tmp_path / "ray" / "suite.md").read_text()
+
+    again = run_hiera("run", *SUITE, *flags, "--set", "executor.ray.runs=2", "--run-dir", "ray", cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("finished earlier, skipped") == 2
+
+
+def _workers(root: int, title: str) -> list[int]:
+    """The processes under `root` whose command line starts with `title` (Ray names a busy worker `ray::FUNCTION`)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            if (Path("/proc") / str(pid) / "cmdline").read_bytes().startswith(title.encode()):
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def test_a_worker_killed_mid_run_costs_nothing_and_nothing_is_evaluated_twice(cluster, tmp_path):
+    flags, env, head = cluster
+    args = [str(HIERA), *RUN, "--rounds", "1", "--population", "4", *flags, "--run-dir", "run"]
+    run = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        killed, deadline = None, time.time() + 240
+        while killed is None and run.poll() is None and time.time() < deadline:
+            busy = _workers(head.pid, "ray::_evaluate")
+            if busy:
+                killed = busy[0]
+                os.kill(killed, signal.SIGKILL)
+            time.sleep(0.1)
+        _, stderr = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert killed is not None, "no Ray worker was seen evaluating"
+    assert run.returncode == 0, stderr
+    evaluated = _evaluated(tmp_path / "run")
+    assert len(evaluated) == 5 and len({e.candidate.id for e in evaluated}) == 5  # nothing lost, nothing twice
+    assert all(isinstance(e.evaluation, records.Measured) for e in evaluated)  # the lost one was evaluated elsewhere
+    log = [json.loads(line) for line in (tmp_path / "run" / "hiera.log.jsonl").read_text().splitlines()]
+    lost = [line["candidate"] for line in log if line["event"] == "ray_worker_lost"]
+    retried = [line["candidate"] for line in log if line["event"] == "candidate_evaluated" and line["attempts"] == 2]
+    assert len(lost) == 1 and retried == lost
+
+
+def test_an_unreachable_cluster_is_one_line_and_exit_code_2(hiera, tmp_path):
+    done = hiera(*RUN, "--set", "run.executor=ray", "--set", 'executor.ray.address="127.0.0.1:9"', "--run-dir", "run")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["hiera: error: the Ray cluster at '127.0.0.1:9' cannot be reached: Connection refused"]
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_a_plugin_passed_as_an_object_cannot_travel_to_a_worker_and_says_so(tmp_path):
+    class Lab:
+        @hiera_core.hookimpl
+        def hiera_register_evaluators(self):
+            return []
+
+    with pytest.raises(CannotTravel, match="plugin Lab was registered as an object.*register its module instead"):
+        hiera_core.run(workload="stencil2d", arch="host", executor="ray", plugins=[Lab()], run_dir=str(tmp_path / "run"),
+                       config={"executor": {"ray": {"address": "127.0.0.1:9"}}})
+    assert not (tmp_path / "run").exists()
