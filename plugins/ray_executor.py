@@ -221,6 +221,7 @@ class RayExecutor:
                         reason=f"its Ray worker died {attempt.started} time(s): {reason}"), attempts=attempt.started)
                     continue
                 if isinstance(answer, DevicePending):
+                    log.info("ray_device_stages", candidate=attempt.job.candidate.id, accelerator=accelerator)
                     submit(_Attempt(job=attempt.job, device=True, started=attempt.started, pending=answer))
                     continue
                 yield attempt.job, _merged(answer, attempt)

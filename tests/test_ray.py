@@ -22,13 +22,14 @@ pytest.importorskip("ray")
 
 CLUSTER = """
 import sys, tempfile, ray
-ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="hiera-test-ray-"),
+ray.init(num_cpus=2, num_gpus=0, resources={"FAKE": 1}, include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="hiera-test-ray-"),
          log_to_driver=False, logging_level="ERROR")
 print(ray.get_runtime_context().gcs_address, flush=True)
 sys.stdin.read()  # until the test closes it
 ray.shutdown()
 """
-"""A Ray head node with two CPU workers, started as a process of the test's own, stopped by closing its stdin."""
+"""A Ray head node with two CPU workers and one `FAKE` accelerator, started as a process of the test's own, stopped by
+closing its stdin."""
 
 HOST = ["--arch", "host", "--no-remeasure", "--set", "run.baselines=false"]
 RUN = ["--workload", "stencil2d", *HOST, "--set", "workload.stencil2d.host_n=96"]
@@ -106,6 +107,21 @@ def test_a_suite_runs_its_tasks_at_once_on_the_cluster_as_local_runs_them_one_by
     again = run_hiera("run", *SUITE, *flags, "--set", "executor.ray.runs=2", "--run-dir", "ray", cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("finished earlier, skipped") == 2
+
+
+def test_device_stages_go_to_a_worker_holding_the_accelerator_after_the_build(cluster, tmp_path):
+    """A GPU's path on a CPU: an architecture whose device stages need `FAKE`, which the cluster has one of."""
+    flags, env, _ = cluster
+    done = run_hiera("--workload", "stencil2d", "--plugin", "accelerated_host", "--arch", "host-accelerated", "--rounds", "1",
+                     "--population", "2", "--no-remeasure", "--set", "run.baselines=false",
+                     "--set", "workload.stencil2d.host_n=96", *flags, "--run-dir", "run", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    evaluated = _evaluated(tmp_path / "run")
+    assert len(evaluated) == 3 and all(isinstance(e.evaluation, records.Measured) for e in evaluated)
+    assert all({"space-check", "host-compile", "host-run"} <= set(e.stage_s) for e in evaluated)
+    log = [json.loads(line) for line in (tmp_path / "run" / "hiera.log.jsonl").read_text().splitlines()]
+    handed = {line["candidate"] for line in log if line["event"] == "ray_device_stages" and line["accelerator"] == "FAKE"}
+    assert handed == {e.candidate.id for e in evaluated}
 
 
 def _workers(root: int, title: str) -> list[int]:
