@@ -168,3 +168,11 @@ def library_include_paths(cuda_home: Path | None) -> list[str]:
 
     nvidia = Path(torch.__file__).parent.parent / "nvidia"
     return [str(p) for p in sorted(nvidia.glob("*/include")) if (p / "cusparse.h").is_file() or (p / "cudnn.h").is_file()]
+
+
+def gpu_lock_name(device: int) -> str:
+    """The name of the lock of the `device`-th GPU this process sees (`hiera_core.judging.device_lock`): the machine's
+    own index or UUID of it, from CUDA_VISIBLE_DEVICES when that is set. An executor's worker holding one GPU sees it
+    as device 0 (Ray sets CUDA_VISIBLE_DEVICES to it), so workers on two GPUs of one machine take two locks."""
+    visible = [entry.strip() for entry in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if entry.strip()]
+    return f"gpu-{visible[device] if device < len(visible) else device}"

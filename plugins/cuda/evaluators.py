@@ -14,6 +14,7 @@ from hiera_core.judging import device_lock, run_judge
 from hiera_core.records import CompileFailed, Evaluation, JudgeRequest, Judged, Profile, StaticRejected
 
 from hiera_plugins.cuda import checks
+from hiera_plugins.cuda.architecture import gpu_lock_name
 from hiera_plugins.cuda.build import build_candidate, compiler_errors
 
 
@@ -119,7 +120,7 @@ class CudaRun:
         )
         timeout_s = self.config.timeout_s + (self.config.compile_baseline_timeout_s if compile_baseline else 0.0)
         answer = run_judge("hiera_plugins.cuda.judge", request, workdir=job.workdir, timeout_s=timeout_s,
-                           memory_bytes=memory, device_lock=device_lock(f"gpu-{self.config.device}"))
+                           memory_bytes=memory, device_lock=device_lock(gpu_lock_name(self.config.device)))
         if not isinstance(answer, Judged):
             return answer
         violation = checks.runtime_space_violation(answer.kernels, answer.aten_ops, job.space_rank)

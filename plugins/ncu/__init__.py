@@ -15,6 +15,7 @@ from hiera_core.judging import device_lock
 from hiera_core.records import Evaluation
 from hiera_core.sandbox import describe_exit, run_sandboxed
 
+from hiera_plugins.cuda.architecture import gpu_lock_name
 from hiera_plugins.ncu import profile
 
 RUNNER = "hiera_plugins.cuda.runner"
@@ -52,7 +53,7 @@ class NcuProfile:
         request = {**job.worker_request(), "nvtx_range": range_name}
         command = profile.ncu_command([sys.executable, "-m", RUNNER, str(self.config.device), "--profile"],
                                       ncu=ncu, nvtx_range=range_name)
-        with device_lock(f"gpu-{self.config.device}"):
+        with device_lock(gpu_lock_name(self.config.device)):
             result = run_sandboxed(command, cwd=job.workdir / "profile", readable=[job.workdir, Path(job.artifacts["library"]).parent],
                                    timeout_s=self.config.timeout_s, stdin=json.dumps(request))
         (job.workdir / "ncu.log").write_text(result.stdout[-200_000:] + result.stderr[-20_000:])
