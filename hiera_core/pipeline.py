@@ -11,6 +11,7 @@ the run directory.
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ import attrs
 import pluggy
 import structlog
 
-from hiera_core import records
+from hiera_core import records, sandbox
 from hiera_core.config import HieraConfig, RunConfig, config_from_table, structure
 from hiera_core.errors import HieraError
 from hiera_core.plugins import collect, make_plugin_manager
@@ -58,6 +59,9 @@ class Recipe:
     """Whether the `hiera` entry points are loaded (False: only `plugins`)."""
     blocked: tuple[str, ...] = ()
     """Plugins left out where the run started (`HIERA_DISABLE_PLUGINS`)."""
+    protection: records.Protection | None = None
+    """What the sandbox holds on the run's machine (the manifest's): a process whose sandbox holds less evaluates
+    nothing (`evaluate_elsewhere`), so the manifest stays true of every candidate."""
 
 
 @attrs.frozen(kw_only=True)
@@ -193,7 +197,8 @@ def pipeline_for(config: HieraConfig, pm: pluggy.PluginManager, arch: Architectu
         return Pipeline(arch=arch, evaluators=evaluators, run=config.run, cannot_travel=(
             f"plugin {objects[0]} was registered as an object, which cannot be sent to another process: register its"
             " module instead (plugins=['module'] or --plugin module), or an entry point"))
-    recipe = Recipe(config=resolved, plugins=tuple(plugins), entry_points=bool(distributed), blocked=blocked)
+    recipe = Recipe(config=resolved, plugins=tuple(plugins), entry_points=bool(distributed), blocked=blocked,
+                    protection=sandbox.protection())
     return Pipeline(arch=arch, evaluators=evaluators, run=config.run, recipe=recipe)
 
 
@@ -223,6 +228,10 @@ def evaluate_elsewhere(request: dict[str, Any], workdir: Path) -> dict[str, Any]
     with `decode_answer`)."""
     started = time.perf_counter()
     decoded = from_dict(request, Request)
+    weaker = weaker_sandbox(decoded.recipe.protection, sandbox.protection())
+    if weaker:
+        reason = f"not evaluated: the sandbox of {socket.gethostname()} holds less than the run's machine's ({weaker})"
+        return {"evaluated": to_dict(Evaluated(evaluation=records.Crashed(reason=reason)))}
     job = attrs.evolve(decoded.job, workdir=workdir)
     write_text_atomic(workdir / job.contract.source_filename, job.candidate.source)
     stage_s: dict[str, float] = {}
@@ -232,6 +241,17 @@ def evaluate_elsewhere(request: dict[str, Any], workdir: Path) -> dict[str, Any]
         return {"pending": to_dict(DevicePending(stage_s=stage_s, wall_s=wall_s))}
     files = written_files(workdir, skip={job.contract.source_filename})
     return {"evaluated": to_dict(Evaluated(evaluation=result, stage_s=stage_s, wall_s=wall_s, files=files))}
+
+
+def weaker_sandbox(run: records.Protection | None, here: records.Protection) -> str:
+    """What the sandbox `here` lacks that the run's machine's (`run`) holds, in words; empty when nothing."""
+    if run is None:
+        return ""
+    lacking = [name.replace("_", " ") for name in ("pid_namespace", "network_namespace", "read_only_root", "dropped_capabilities")
+               if getattr(run, name) and not getattr(here, name)]
+    if run.cgroup and not here.cgroup:
+        lacking.append("a cgroup")
+    return ", ".join(lacking)
 
 
 def decode_answer(answer: dict[str, Any]) -> Evaluated | DevicePending:

@@ -192,3 +192,23 @@ def test_a_plugin_passed_as_an_object_cannot_travel_to_a_worker_and_says_so(tmp_
         hiera_core.run(workload="stencil2d", arch="host", executor="ray", plugins=[Lab()], run_dir=str(tmp_path / "run"),
                        config={"executor": {"ray": {"address": "127.0.0.1:9"}}})
     assert not (tmp_path / "run").exists()
+
+
+def test_a_worker_whose_sandbox_holds_less_than_the_runs_machine_evaluates_nothing(tmp_path, monkeypatch):
+    """The manifest says what the sandbox held; a worker where it holds less must not make that untrue."""
+    from hiera_core import api, sandbox
+    from hiera_core.engine import candidate_id, new_job
+    from hiera_core.pipeline import decode_answer, evaluate_elsewhere
+
+    session = api.session(api.settings(workload="stencil2d", arch="host", executor="ray"))
+    contract, toolchain = session.workload.contract(session.task, "host"), session.arch.toolchain()
+    source, params, origin = session.workload.seed(session.task, "host")
+    candidate = records.Candidate(id=candidate_id(source, contract, toolchain), source=source, space="pure_cuda", round=0)
+    job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=None, workdir=tmp_path / "run")
+    here = records.Protection(pid_namespace=False, network_namespace=False, read_only_root=False, dropped_capabilities=True,
+                              cgroup=None)
+    monkeypatch.setattr(sandbox, "protection", lambda: here)
+    answer = decode_answer(evaluate_elsewhere(session.pipeline.request(job), tmp_path / "worker"))
+    assert isinstance(answer.evaluation, records.Crashed)
+    assert "holds less than the run's machine's (pid namespace, network namespace, read only root" in answer.evaluation.reason
+    assert not (tmp_path / "worker").exists()
