@@ -206,10 +206,10 @@ class RayExecutor:
                 ref = ready[0]
                 try:
                     answer = decode_answer(ray.get(ref))
-                except ray.exceptions.RayTaskError as exc:  # the job's own code raised: a bug, or a plugin missing there
-                    yield attempt.job, Evaluated(evaluation=Crashed(reason=f"the Ray worker failed: {_cause(exc)}"),
-                                                 attempts=attempt.started)
-                    continue
+                except ray.exceptions.RayTaskError as exc:
+                    # hiera's code on the worker raised (an evaluator's failure is already a Crashed record): the worker
+                    # cannot rebuild the run's pipeline (a plugin or module missing there), which no candidate fixes
+                    raise ExecutorError(f"a Ray worker cannot evaluate this run: {_cause(exc)}") from None
                 except ray.exceptions.RayError as exc:  # the worker or its node died under it
                     reason = one_line(exc).splitlines()[0][:300]
                     if attempt.started <= self.config.retries:
