@@ -202,8 +202,8 @@ class RayExecutor:
                     raise ExecutorError("cancelled: the suite was interrupted")
                 if not ready:
                     continue
-                attempt = in_flight.pop(ready[0])
                 ref = ready[0]
+                attempt = in_flight.pop(ref)
                 try:
                     answer = decode_answer(ray.get(ref))
                 except ray.exceptions.RayTaskError as exc:
