@@ -113,15 +113,18 @@ def test_device_stages_go_to_a_worker_holding_the_accelerator_after_the_build(cl
     """A GPU's path on a CPU: an architecture whose device stages need `FAKE`, which the cluster has one of."""
     flags, env, _ = cluster
     done = run_hiera("--workload", "stencil2d", "--plugin", "accelerated_host", "--arch", "host-accelerated", "--rounds", "1",
-                     "--population", "2", "--no-remeasure", "--set", "run.baselines=false",
+                     "--population", "2", "--set", "run.baselines=false",
                      "--set", "workload.stencil2d.host_n=96", *flags, "--run-dir", "run", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     evaluated = _evaluated(tmp_path / "run")
     assert len(evaluated) == 3 and all(isinstance(e.evaluation, records.Measured) for e in evaluated)
     assert all({"space-check", "host-compile", "host-run"} <= set(e.stage_s) for e in evaluated)
     log = [json.loads(line) for line in (tmp_path / "run" / "hiera.log.jsonl").read_text().splitlines()]
-    handed = {line["candidate"] for line in log if line["event"] == "ray_device_stages" and line["accelerator"] == "FAKE"}
-    assert handed == {e.candidate.id for e in evaluated}
+    handed = [line["candidate"] for line in log if line["event"] == "ray_device_stages" and line["accelerator"] == "FAKE"]
+    [finished] = [e for e in RunStore.open(tmp_path / "run").events if isinstance(e, records.RunFinished)]
+    assert isinstance(finished.remeasured, records.Measured)  # the winner measured again, by the same path
+    assert sorted(handed) == sorted([e.candidate.id for e in evaluated] + [finished.best_candidate_id])
+    assert (tmp_path / "run" / "candidates" / finished.best_candidate_id / "remeasure" / "judge.log").is_file()
 
 
 def _workers(root: int, title: str) -> list[int]:
@@ -147,9 +150,13 @@ def _workers(root: int, title: str) -> list[int]:
     return found
 
 
-def test_a_worker_killed_mid_run_costs_nothing_and_nothing_is_evaluated_twice(cluster, tmp_path):
+@pytest.mark.parametrize("retries", [1, 0])
+def test_a_worker_killed_mid_run_costs_at_most_its_candidate_and_nothing_is_evaluated_twice(cluster, tmp_path, retries):
+    """Killed once: with a retry (the default) the candidate is evaluated elsewhere; without one it is recorded as
+    Crashed with Ray's reason. Either way every candidate is recorded, once."""
     flags, env, head = cluster
-    args = [str(HIERA), *RUN, "--rounds", "1", "--population", "4", *flags, "--run-dir", "run"]
+    args = [str(HIERA), *RUN, "--rounds", "1", "--population", "4", *flags, "--set", f"executor.ray.retries={retries}",
+            "--run-dir", "run"]
     run = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         killed, deadline = None, time.time() + 240
@@ -168,11 +175,17 @@ def test_a_worker_killed_mid_run_costs_nothing_and_nothing_is_evaluated_twice(cl
     assert run.returncode == 0, stderr
     evaluated = _evaluated(tmp_path / "run")
     assert len(evaluated) == 5 and len({e.candidate.id for e in evaluated}) == 5  # nothing lost, nothing twice
-    assert all(isinstance(e.evaluation, records.Measured) for e in evaluated)  # the lost one was evaluated elsewhere
     log = [json.loads(line) for line in (tmp_path / "run" / "hiera.log.jsonl").read_text().splitlines()]
     lost = [line["candidate"] for line in log if line["event"] == "ray_worker_lost"]
-    retried = [line["candidate"] for line in log if line["event"] == "candidate_evaluated" and line["attempts"] == 2]
-    assert len(lost) == 1 and retried == lost
+    crashed = [e for e in evaluated if isinstance(e.evaluation, records.Crashed)]
+    if retries:
+        assert all(isinstance(e.evaluation, records.Measured) for e in evaluated)  # the lost one was evaluated elsewhere
+        retried = [line["candidate"] for line in log if line["event"] == "candidate_evaluated" and line["attempts"] == 2]
+        assert len(lost) == 1 and retried == lost
+    else:
+        assert not lost and len(crashed) == 1
+        assert crashed[0].evaluation.reason.startswith("its Ray worker died 1 time(s): ")
+        assert "Crashed" in (tmp_path / "run" / "report.md").read_text()
 
 
 def test_an_unreachable_cluster_is_one_line_and_exit_code_2(hiera, tmp_path):
