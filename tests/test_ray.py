@@ -21,12 +21,14 @@ from hiera_core.store import RunStore
 pytest.importorskip("ray")
 
 CLUSTER = """
-import sys, tempfile, ray
-ray.init(num_cpus=2, num_gpus=0, resources={"FAKE": 1}, include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="hiera-test-ray-"),
-         log_to_driver=False, logging_level="ERROR")
+import shutil, sys, tempfile, ray
+folder = tempfile.mkdtemp(prefix="hiera-test-ray-")
+ray.init(num_cpus=2, num_gpus=0, resources={"FAKE": 1}, include_dashboard=False, _temp_dir=folder, log_to_driver=False,
+         logging_level="ERROR")
 print(ray.get_runtime_context().gcs_address, flush=True)
 sys.stdin.read()  # until the test closes it
 ray.shutdown()
+shutil.rmtree(folder, ignore_errors=True)
 """
 """A Ray head node with two CPU workers and one `FAKE` accelerator, started as a process of the test's own, stopped by
 closing its stdin."""
