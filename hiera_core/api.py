@@ -28,9 +28,9 @@ import pluggy
 
 from hiera_core import records
 from hiera_core.config import HieraConfig, config_from_table, load_config
-from hiera_core.engine import Engine, create_run, evaluate_source, tables_in_use
+from hiera_core.engine import Engine, check_replayable, create_run, evaluate_source, tables_in_use
 from hiera_core.errors import HieraError
-from hiera_core.plugins import make_plugin_manager
+from hiera_core.plugins import PluginError, collect, make_plugin_manager
 from hiera_core.protocols import StagePassed
 from hiera_core.report import CallCosts, agent_costs
 from hiera_core.session import Session
@@ -144,6 +144,36 @@ def optimize(run_session: Session, store: RunStore) -> RunResult:
     return RunResult.read(store, best, run_session.notices)
 
 
+def replay(recorded: str | Path, *, plugins: Iterable[Any] = (), entry_points: bool = True, sets: Iterable[str] = (),
+           **run_keys: Any) -> RunResult:
+    """Run `recorded` again with its configuration, every agent request answered from its answer cache (no
+    model is called), into `run_dir` (a new `runs/<id>` when empty); `run_keys` and `sets` change the rest
+    as for `run`. The same candidates and decisions come back (`hiera run --replay`)."""
+    return run(replay_settings(recorded, plugins=plugins, entry_points=entry_points, sets=sets, **run_keys),
+               plugins=plugins, entry_points=entry_points)
+
+
+def replay_settings(recorded: str | Path, *, plugins: Iterable[Any] = (), entry_points: bool = True,
+                    sets: Iterable[str] = (), **run_keys: Any) -> HieraConfig:
+    """The configuration `replay` runs: the recorded run's, with the installed backend that `replays` answering
+    from `recorded` (one that is not usable any more is refused: `check_replayable`)."""
+    if "backend" in run_keys:
+        raise SettingsError("a replay is answered from the recorded run; it takes no backend")
+    store = RunStore.open(Path(recorded))
+    pm = _plugin_manager(plugins, entry_points)
+    backends = collect(pm, "backends")
+    replayers = [name for name in backends.names() if getattr(backends.get(name), "replays", False)]
+    if len(replayers) != 1:
+        raise PluginError(f"a replay needs one installed backend that replays recorded answers, found"
+                          f" {', '.join(replayers) or 'none'}")
+    check_replayable(store, pm)
+    table = {key: dict(value) if isinstance(value, dict) else value for key, value in store.manifest.config.items()}
+    table["run"] = {**table.get("run", {}), "backend": replayers[0], "run_dir": ""}
+    table["backend"] = {**table.get("backend", {}), replayers[0]: {"source": str(Path(recorded).resolve())}}
+    return config_from_table(tables_in_use(table, store, pm), source=f"{recorded}/{MANIFEST}", cli=run_keys,
+                             overrides=list(sets))
+
+
 def evaluate(source: str, resolved: HieraConfig | None = None, *, space: str | None = None, workdir: str | Path | None = None,
              device: bool = True, plugins: Iterable[Any] = (), entry_points: bool = True, **settings_: Any) -> EvalResult:
     """One candidate `source` through the same pipeline as a run's candidates (`hiera eval`), checked against
@@ -172,4 +202,5 @@ def _plugin_manager(plugins: Iterable[Any], entry_points: bool) -> pluggy.Plugin
     return make_plugin_manager(autoload=entry_points, extra_plugins=list(plugins))
 
 
-__all__ = ["EvalResult", "RunResult", "SettingsError", "evaluate", "optimize", "resume", "run", "session", "settings"]
+__all__ = ["EvalResult", "RunResult", "SettingsError", "evaluate", "optimize", "replay", "replay_settings", "resume", "run", "session",
+           "settings"]

@@ -18,10 +18,8 @@ from hiera_core.config import (
     PLUGIN_TABLES,
     ConfigError,
     HieraConfig,
-    config_from_table,
     structure,
 )
-from hiera_core.engine import check_replayable, tables_in_use
 from hiera_core.errors import HieraError
 from hiera_core.logging import configure_logging
 from hiera_core.plugins import PluginError, UnknownName, collect, describe_plugins, make_plugin_manager
@@ -209,18 +207,11 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
 
 
 def _replay_config(args: argparse.Namespace) -> HieraConfig:
-    """The recorded run's configuration, answered by the `replay` backend from its answer cache."""
+    """The recorded run's configuration, answered from its answer cache (`api.replay_settings`)."""
     if args.backend or args.model or args.base_url:
         raise UsageError("--replay answers from the recorded run; it takes no --backend, --model or --base-url")
-    store = RunStore.open(args.replay)
-    table = {key: dict(value) if isinstance(value, dict) else value for key, value in store.manifest.config.items()}
-    table["run"] = {**table.get("run", {}), "backend": "replay", "run_dir": ""}
-    table["backend"] = {**table.get("backend", {}), "replay": {"source": str(args.replay.resolve())}}
-    pm = make_plugin_manager(extra_plugins=args.plugins)
-    check_replayable(store, pm)
-    table = tables_in_use(table, store, pm)
     keys = {key: value for key, value in _cli_run_keys(args).items() if key != "backend"}
-    return config_from_table(table, source=f"{args.replay}/manifest.json", cli=keys, overrides=args.overrides)
+    return api.replay_settings(args.replay, plugins=args.plugins, sets=args.overrides, **keys)
 
 
 def _resume(args: argparse.Namespace, console: Console) -> int:

@@ -225,8 +225,10 @@ class LLMBackend(Protocol):
       the K requests go in parallel); None asks for all K in one request.
 
     A rule-based backend sets `searches: tuple[str, ...]`, the search strategies whose requests it can
-    answer; without it, any (a model answers whatever it is asked). It is constructed as
-    `cls(config, context)`, with the run's read-only `hiera_core.context.RunContext`.
+    answer; without it, any (a model answers whatever it is asked). A backend that answers from a recorded
+    run's answer cache sets `replays = True` and has a config field `source` (the recorded run directory):
+    `hiera run --replay` and `hiera_core.replay` select it. It is constructed as `cls(config, context)`, with
+    the run's read-only `hiera_core.context.RunContext`.
     """
 
     name: ClassVar[str]

@@ -1,6 +1,6 @@
 """The `replay` backend: answers every request from a recorded run's answer cache, offline.
 
-`hiera run --replay RUN_DIR` selects it. A request is answered by the recorded request with the same
+`hiera run --replay RUN_DIR` (and `hiera_core.replay`) selects it, as the backend that `replays`. A request is answered by the recorded request with the same
 place in the run (round, role, OA request, attempt) and the same prompt; when the prompt differs (it
 quotes measured latencies, which differ from run to run), by the one at the same place. It never
 calls a model, so it spends nothing: its answers carry no tokens and cost 0.
@@ -37,6 +37,7 @@ def _place(role: str, round_: int, sample: int, attempt: int, candidates: int) -
 class ReplayBackend:
     name: ClassVar[str] = "replay"
     config_class: ClassVar[type] = ReplayConfig
+    replays: ClassVar[bool] = True
 
     def __init__(self, config: ReplayConfig, context: Any) -> None:
         if not config.source:
