@@ -15,7 +15,17 @@ import structlog
 
 from hiera_core import records
 from hiera_core.agents import prompts
-from hiera_core.agents.answers import JUDGE_SCHEMA, OA_SCHEMA, SPA_SCHEMA, _fenced_sources, _unfence, extract_json, ssda_schema, validate
+from hiera_core.agents.answers import (
+    JUDGE_SCHEMA,
+    OA_SCHEMA,
+    SPA_SCHEMA,
+    _fenced_sources,
+    _unfence,
+    cut_off,
+    extract_json,
+    ssda_schema,
+    validate,
+)
 from hiera_core.agents.cache import ANSWER_CACHE, AnswerCache, _recorded_answer
 from hiera_core.agents.context import Brief, GeneratedSource, Generation, PlanningContext
 from hiera_core.plugins import PluginError, one_line
@@ -175,13 +185,7 @@ class Agents:
                 try:
                     value = parse(answer)
                 except (ValueError, KeyError, TypeError) as exc:
-                    cut = "the answer was cut off at the output-token limit; " if answer.truncated else ""
-                    error = f"unusable answer: {cut}{exc}"
-                    reask = (
-                        f"\n\n# Your previous answer (attempt {attempt}) was unusable\n{cut}{exc}\nIt began:\n"
-                        f"{answer.text[:400]}\n\nAnswer again, exactly in the format asked for"
-                        f"{' and more briefly' if cut else ''}."
-                    )
+                    error, reask = _unusable(answer, exc, attempt)
             self._note(request, answer, cached=cached, error=error, wall_s=time.perf_counter() - started)
             if error is None:
                 return value
@@ -246,3 +250,22 @@ class Agents:
             if isinstance(result, Exception) and not isinstance(result, AgentError):
                 raise result
         return results
+
+
+def _unusable(answer: AgentAnswer, exc: Exception, attempt: int) -> tuple[str, str]:
+    """(the error recorded, the text added to the prompt when it is asked again) for an answer `parse`
+    refused. An answer cut off, by the output-token limit or as its text shows, is named as such, shown
+    where it ended and asked for again shorter."""
+    cut = "at the output-token limit" if answer.truncated else cut_off(answer.text)
+    if cut is None:
+        error = f"unusable answer: {exc}"
+        return error, (
+            f"\n\n# Your previous answer (attempt {attempt}) was unusable\n{exc}\nIt began:\n{answer.text[:400]}"
+            "\n\nAnswer again, exactly in the format asked for."
+        )
+    error = f"unusable answer: the answer was cut off {cut}; {exc}"
+    return error, (
+        f"\n\n# Your previous answer (attempt {attempt}) was cut off\nIt was cut off {cut}, so it could not be used"
+        f" ({exc}). It ended:\n{answer.text[-300:]}\n\nAnswer again, exactly in the format asked for and shorter:"
+        " the JSON object alone, with no text around it."
+    )
