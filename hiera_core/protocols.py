@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import attrs
 
 from hiera_core.errors import HieraError
-from hiera_core.records import Candidate, Contract, Evaluation, Measured, Profile, Roofline, Task
+from hiera_core.records import Candidate, Contract, Evaluation, Measured, Profile, Roofline, SourceLabel, Task
 
 
 class UnsupportedArchitecture(LookupError):
@@ -204,6 +204,10 @@ class AgentAnswer:
     """What the call cost, from the backend's price table; None when no price is known."""
     truncated: bool = False
     """The model stopped at its output-token limit, so the answer is probably cut off."""
+    labels: list[SourceLabel] = attrs.field(factory=list)
+    """For a backend whose own code wrote the sources (rules, a script), never a model: per OA candidate
+    of `text`, in order, the origin, parameters and parent hiera records. Nothing of these is ever read
+    from `text`: the schema of an OA answer owns only each candidate's `source`."""
 
 
 class BackendError(HieraError):

@@ -398,6 +398,17 @@ class AgentCalled:
 
 
 @attrs.frozen(kw_only=True)
+class SourceLabel:
+    """What a backend's own code (never a model's text) says of one candidate source it wrote: a rule-based
+    backend that renders workload templates knows the template, its parameters and the parent it moved from.
+    Each field left empty is hiera's own: the backend and model, no parameters, the source the request showed."""
+
+    origin: str = ""
+    params: dict[str, Any] = attrs.field(factory=dict)
+    parent_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class RecordedAnswer:
     """One file of a run's answer cache, `cache/llm/<key>.json`: a request and the answer it got."""
 
@@ -415,6 +426,7 @@ class RecordedAnswer:
     model: str = ""
     cost_usd: float | None = None
     truncated: bool = False
+    labels: list[SourceLabel] = attrs.field(factory=list)
 
 
 Event = (

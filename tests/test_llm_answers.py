@@ -1,9 +1,11 @@
-"""Answers read strictly and helpfully: every schema violation named at once, and an answer cut off (at the
-token limit, or mid-JSON or mid-fence while the server says "stop") named as such and asked again shorter."""
+"""Answers read strictly and helpfully: every schema violation named at once, an answer cut off (at the
+token limit, or mid-JSON or mid-fence while the server says "stop") named as such and asked again shorter,
+and what a backend's own code says of its sources kept with its answer."""
 
 import pytest
 
-from hiera_core.agents import SchemaError, cut_off, ssda_schema, validate
+from hiera_core import AgentAnswer, AgentRequest, records
+from hiera_core.agents import AnswerCache, SchemaError, cut_off, ssda_schema, validate
 
 
 def test_every_schema_violation_is_reported_at_once_with_its_path():
@@ -39,3 +41,11 @@ def test_every_schema_violation_is_reported_at_once_with_its_path():
 )
 def test_an_answer_that_ends_inside_what_it_opened_is_seen_as_cut_off(text, where):
     assert cut_off(text) == where
+
+
+def test_the_labels_a_backend_gives_travel_with_its_recorded_answer(tmp_path):
+    label = records.SourceLabel(origin="stencil unroll=2", params={"unroll": 2}, parent_id="abc")
+    request = AgentRequest(role="oa", prompt="p", context={}, round=1, candidates=1)
+    cache = AnswerCache(tmp_path)
+    cache.put(request, AgentAnswer(text='{"candidates": [{"source": "int x;"}]}', labels=[label]), "expert")
+    assert cache.get(request).labels == [label]

@@ -197,10 +197,19 @@ OA_SCHEMA = {
         "candidates": {
             "type": "array",
             "minItems": 1,
-            "items": {"type": "object", "required": ["source"], "properties": {"source": {"type": "string", "minLength": 1}}},
+            "items": {
+                "type": "object",
+                "required": ["source"],
+                "properties": {"source": {"type": "string", "minLength": 1}},
+                "additionalProperties": True,
+                "description": "only source is read; any other key is ignored (hiera itself records who wrote a"
+                " candidate, from which parent, with which parameters)",
+            },
         }
     },
 }
+"""Each candidate's `source` is all an OA answer gives: other keys of an item are ignored, not refused (a
+model's habit of adding notes costs no attempt), and nothing of them is recorded."""
 
 
 def _fenced_sources(text: str) -> list[str]:

@@ -30,7 +30,7 @@ from hiera_core.agents.cache import ANSWER_CACHE, AnswerCache, _recorded_answer
 from hiera_core.agents.context import Brief, GeneratedSource, Generation, PlanningContext
 from hiera_core.plugins import PluginError, one_line
 from hiera_core.protocols import AgentAnswer, AgentRequest, BackendError
-from hiera_core.records import Plan, SpaceDecision, Strategy
+from hiera_core.records import Plan, SourceLabel, SpaceDecision, Strategy
 
 if TYPE_CHECKING:
     from hiera_core.session import Session
@@ -109,7 +109,7 @@ class Agents:
         def parse(answer: AgentAnswer) -> dict[str, Any]:
             data = extract_json(answer.text, complete=not answer.truncated)
             validate(data, JUDGE_SCHEMA)
-            return data
+            return {key: data[key] for key in JUDGE_SCHEMA["properties"] if key in data}
 
         return self._ask(ctx, "spa", prompt, parse)
 
@@ -141,15 +141,18 @@ class Agents:
                     items = [{"source": block} for block in _fenced_sources(answer.text)]
                     if not items:
                         raise ValueError(f"no candidate source in the answer ({exc}); expected the JSON object asked for") from None
+                # Only `source` is read from the answer: who wrote it, from which parent, with which
+                # parameters is hiera's to say (or the backend's own code's, through `labels`).
                 origin = " ".join(filter(None, (self.backend.name, answer.model)))
+                labels = [*answer.labels, *[SourceLabel()] * len(items)]
                 return [
                     GeneratedSource(
-                        source=_unfence(str(item["source"])),
-                        params=dict(item.get("params", {})),
-                        origin=str(item.get("origin") or origin),
-                        parent_id=item.get("parent_id") or parent_id,
+                        source=_unfence(item["source"]),
+                        params=dict(label.params),
+                        origin=label.origin or origin,
+                        parent_id=label.parent_id or parent_id,
                     )
-                    for item in items[: brief.count]
+                    for item, label in zip(items[: brief.count], labels)
                 ]
 
             return self._ask(ctx, "oa", prompt, parse, sample=sample, candidates=brief.count, strategy=strategy, k=brief.count)

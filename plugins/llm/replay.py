@@ -66,7 +66,9 @@ class ReplayBackend:
             )
         if recorded.prompt != request.prompt:
             log.info("replay_prompt_differs", role=request.role, round=request.round, sample=request.sample)
-        return AgentAnswer(text=recorded.text, model=recorded.model, cost_usd=0.0, truncated=recorded.truncated)
+        return AgentAnswer(
+            text=recorded.text, model=recorded.model, cost_usd=0.0, truncated=recorded.truncated, labels=recorded.labels
+        )
 
 
 @hookimpl
