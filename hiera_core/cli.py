@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 import structlog
 from rich.console import Console
+from rich.markup import escape
 
 from hiera_core import __version__, api, hookimpl
 from hiera_core.config import (
@@ -261,7 +262,7 @@ class Progress:
         scores = " ".join(f"{d}={s:.2f}" for d, s in plan.decision.scores.items())
         self.console.print(
             f"[bold]round {plan.round}[/]: space {plan.decision.space}, direction {plan.decision.direction}"
-            f" ({scores}), strategy {plan.strategy.name}"
+            f" ({scores}), strategy {_shown(plan.strategy.name)}"
         )
         if plan.decision.exhausted:
             self.console.print("  every direction scored 0: nothing left to try, the search stops here")
@@ -275,10 +276,15 @@ class Progress:
             self.best_ms = evaluation.latency_ms if self.best_ms is None else min(self.best_ms, evaluation.latency_ms)
         else:
             reason = (getattr(evaluation, "reason", "") or "").splitlines()[:1]
-            status = f"[red]{type(evaluation).__name__}[/] {reason[0][:80] if reason else ''}"
+            status = f"[red]{type(evaluation).__name__}[/] {_shown(reason[0][:80] if reason else '')}"
         where = "initial" if candidate.round == 0 else f"{self.count:>3}/{self.budget}"
         best = f"{self.best_ms:.3f} ms" if self.best_ms is not None else "-"
-        self.console.print(f"  {where} {candidate.id} {status}  best {best}  [dim]{candidate.origin}[/]")
+        self.console.print(f"  {where} {candidate.id} {status}  best {best}  [dim]{_shown(candidate.origin)}[/]")
+
+
+def _shown(text: str) -> str:
+    """A model's (or a compiler's) text on one console line, literally: no rich markup read in it."""
+    return escape(" ".join(text.split()))
 
 
 def _eval(args: argparse.Namespace, console: Console) -> int:
