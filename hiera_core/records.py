@@ -137,6 +137,14 @@ class Crashed:
     """The candidate's process died (signal, abort, uncaught error)."""
 
     reason: str
+    case: str = ""
+    """The call it died in, as the judge describes it: the case with its sizes, the seed and the input
+    distribution (`odd (n=37), seed 2, spiky inputs`); empty when it died outside a call."""
+    signal: str = ""
+    """The signal that ended the candidate's process (`SIGSEGV`); empty when it ended otherwise."""
+    stderr_tail: str = ""
+    """The last lines the candidate's process wrote to stderr, bounded and reduced to printable text
+    (`hiera_core.judging.stderr_tail`); what it wrote is the candidate's, untrusted."""
 
 
 @attrs.frozen(kw_only=True)

@@ -57,7 +57,7 @@ class CaesarSearch:
         briefs = [
             Brief(
                 subject=tip,
-                feedback=execution_feedback(evaluated[tip.id]) if tip else "not run yet",
+                feedback=execution_feedback(evaluated[tip.id], tip.source, ctx.contract.source_filename) if tip else "not run yet",
                 instruction=instruction,
                 count=1,
                 show_failures=False,

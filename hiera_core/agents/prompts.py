@@ -61,7 +61,7 @@ def _failures_section(ctx: PlanningContext) -> str:
         return ""
     lines = [f"# Failures of round {ctx.round - 1} (avoid repeating them)"]
     for i, (candidate, evaluation) in enumerate(failed):
-        text = execution_feedback(evaluation) if i < 3 else outcome(evaluation)
+        text = execution_feedback(evaluation, candidate.source, ctx.contract.source_filename) if i < 3 else outcome(evaluation)
         lines.append(f"- `{candidate.id}` ({candidate.strategy or '-'}): {text}")
     return "\n".join(lines)
 
