@@ -181,7 +181,8 @@ class AgentRequest:
     prompt: str
     """The full text a language model receives (system and user parts joined)."""
     context: Mapping[str, Any]
-    """Structured context for rule-based backends (task, space options, parent, profile, history)."""
+    """Structured context for rule-based backends (task, space options, parent, profile, history; for an OA
+    request that asks to fix a failed candidate, `repair`: that candidate, else None)."""
     round: int = 0
     """The round the request belongs to."""
     sample: int = 0
@@ -226,7 +227,10 @@ class LLMBackend(Protocol):
     - `parallel_requests: int`: how many requests may be in flight at once (`answer` is then called
       from that many threads and must be thread-safe);
     - `candidates_per_request: int | None`: how many sources one OA request asks for (a model: 1, so
-      the K requests go in parallel); None asks for all K in one request.
+      the K requests go in parallel); None asks for all K in one request;
+    - `repairs: bool` (default True): whether an OA request may ask it to fix a failed candidate (a search
+      makes one of a round's K requests a repair when the strategy whose candidate failed still stands); a
+      rule-based backend that cannot read a source sets False.
 
     A rule-based backend sets `searches: tuple[str, ...]`, the search strategies whose requests it can
     answer; without it, any (a model answers whatever it is asked). A backend that answers from a recorded

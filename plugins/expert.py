@@ -44,6 +44,8 @@ class ExpertBackend:
     config_class: ClassVar[type] = ExpertConfig
     searches: ClassVar[tuple[str, ...]] = ("hiera",)
     """It answers HIERA's own roles only: the baselines need a model."""
+    repairs: ClassVar[bool] = False
+    """Its rules move template knobs; they cannot fix a failed source, so none is asked for."""
 
     def __init__(self, config: ExpertConfig, context: RunContext) -> None:
         self.config = config

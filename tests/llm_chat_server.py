@@ -134,6 +134,12 @@ class ChatServer:
         self._server.server_close()
         self._thread.join()
 
+    def __enter__(self) -> ChatServer:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
 
 def answered_run(hiera, folder: Path, respond: Callable[[Call], Reply], config: str, *, key: str, key_var: str):
     """(the server, the finished `hiera --run-dir run`) of a run in `folder` configured by `config` (its

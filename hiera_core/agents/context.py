@@ -64,4 +64,7 @@ class Brief:
     count: int
     show_failures: bool = True
     """Also show the last round's failures (a generate-and-fix lineage sees only its own)."""
+    repair: bool = False
+    """The subject failed and is to be fixed: the prompt shows it as the candidate to repair, and each source
+    written is recorded with the subject as its parent and `(repair)` after its origin."""
 

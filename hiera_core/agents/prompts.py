@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 FILE_LIMIT = 4000
 """Characters of one frozen contract file quoted in a prompt."""
 FENCE_LANGUAGE = {".c": "c", ".h": "c", ".cu": "cuda", ".cpp": "cpp", ".py": "python", ".json": "json"}
+REPAIR_HEADING = "Failed candidate to repair"
+"""The heading under which an OA repair request shows the failed candidate."""
 
 
 def _fence(text: str, filename: str) -> str:
@@ -195,13 +197,19 @@ def oa(session: Session, ctx: PlanningContext, brief: Brief, *, space: str, samp
         else ""
     )
     example = {"candidates": [{"source": f"<the whole of {filename}>"}] * brief.count}
+    role = (
+        "You are the Optimization Agent (OA) of HIERA. Repair the candidate implementation of the contract below,"
+        " which failed: find the cause of its failure in its source and fix it, keeping what makes it fast."
+        if brief.repair
+        else "You are the Optimization Agent (OA) of HIERA. Write candidate implementations of the contract below,"
+        " faster than the candidate shown and exactly as correct."
+    )
     return _join(
-        "You are the Optimization Agent (OA) of HIERA. Write candidate implementations of the contract below,"
-        " faster than the candidate shown and exactly as correct.",
+        role,
         _task_section(ctx),
         _contract_section(ctx),
         _target_section(ctx),
-        _subject_section("Starting point", brief.subject, brief.feedback, filename),
+        _subject_section(REPAIR_HEADING if brief.repair else "Starting point", brief.subject, brief.feedback, filename),
         _failures_section(ctx) if brief.show_failures else "",
         f"# What to do\n{brief.instruction}\n\n# Implementation space {space}\n{session.space(space).description}",
         f"# Write\n{wanted} of `{filename}`: the whole file, compilable on its own with the frozen files.{independent}",

@@ -58,6 +58,8 @@ class Agents:
         self._record_lock = threading.Lock()
         self.parallel_requests = max(1, int(getattr(self.backend, "parallel_requests", 1)))
         self.candidates_per_request: int | None = getattr(self.backend, "candidates_per_request", None)
+        self.repairs = bool(getattr(self.backend, "repairs", True))
+        """Whether the backend may be asked to fix a failed candidate (a `Brief` with `repair`)."""
 
     @property
     def plans(self) -> bool:
@@ -145,7 +147,7 @@ class Agents:
                 # parameters is hiera's to say (or the backend's own code's, through `labels`).
                 origin = " ".join(filter(None, (self.backend.name, answer.model)))
                 labels = [*answer.labels, *[SourceLabel()] * len(items)]
-                return [
+                sources = [
                     GeneratedSource(
                         source=_unfence(item["source"]),
                         params=dict(label.params),
@@ -154,8 +156,12 @@ class Agents:
                     )
                     for item, label in zip(items[: brief.count], labels)
                 ]
+                if brief.repair:  # hiera's record of what it asked for, whatever the answer says
+                    sources = [attrs.evolve(s, origin=f"{s.origin} (repair)", parent_id=parent_id) for s in sources]
+                return sources
 
-            return self._ask(ctx, "oa", prompt, parse, sample=sample, candidates=brief.count, strategy=strategy, k=brief.count)
+            return self._ask(ctx, "oa", prompt, parse, sample=sample, candidates=brief.count, strategy=strategy, k=brief.count,
+                             repair=brief.subject if brief.repair else None)
 
         outcomes = self._in_parallel([lambda i=i, b=b: write(i, b) for i, b in enumerate(briefs)])
         sources, notes = [], []
