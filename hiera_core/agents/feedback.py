@@ -92,7 +92,10 @@ def execution_feedback(evaluation: Evaluation, source: str = "", filename: str =
     if isinstance(evaluation, CompileFailed):
         log = _short_paths(evaluation.log, filename)
         cited = cited_lines(log, source, filename)
-        return f"did not compile:\n{log[-LOG_LIMIT:]}" + (f"\nThe lines of `{filename}` it cites:\n{cited}" if cited else "")
+        tail = log[-LOG_LIMIT:]
+        if len(log) > LOG_LIMIT and "\n" in tail:  # from the first whole line
+            tail = tail[tail.index("\n") + 1:]
+        return f"did not compile:\n{tail}" + (f"\nThe lines of `{filename}` it cites:\n{cited}" if cited else "")
     if isinstance(evaluation, Incorrect):
         return f"compiled and ran, but the output is wrong: {evaluation.reason[:LOG_LIMIT]}"
     if isinstance(evaluation, Crashed):
