@@ -152,6 +152,9 @@ class TimedOut:
     """The candidate's process exceeded its time limit and was killed."""
 
     limit_s: float
+    case: str = ""
+    """The call it was in when one call's time limit ran out, as the judge describes it (see `Crashed.case`);
+    empty when the evaluation as a whole ran out of time."""
 
 
 @attrs.frozen(kw_only=True)

@@ -43,7 +43,7 @@ def crashing_on(n: int, source: str = HONEST) -> str:
 def session(tmp_path_factory):
     root = tmp_path_factory.mktemp("feedback")
     config = load_config(root, environ={}, cli={"arch": "host"}, overrides=[
-        "workload.stencil2d.host_n=48", "evaluator.host-run.call_timeout_s=10", "evaluator.host-run.min_time_s=0.05",
+        "workload.stencil2d.host_n=48", "evaluator.host-run.call_timeout_s=3", "evaluator.host-run.min_time_s=0.05",
     ])
     return Session.create(config, make_plugin_manager()), root
 
@@ -59,6 +59,15 @@ def test_a_crash_names_its_call_its_signal_and_the_end_of_its_stderr(session):
     feedback = execution_feedback(crashed)
     assert "The call it crashed in: odd (n=37), seed 1, uniform inputs" in feedback
     assert "```\nabout to write row 37\n```" in feedback
+
+
+def test_a_hang_names_the_call_it_hung_in(session):
+    session, root = session
+    hangs = crashing_on(37).replace("nowhere[n] = 1.0;", "for (;;) nowhere = 0;")
+    _, hung = evaluate_source(session, hangs, space="pure_cuda", workdir=root / "hang")
+    assert isinstance(hung, records.TimedOut) and hung.limit_s == 3, hung
+    assert hung.case == "odd (n=37), seed 1, uniform inputs"
+    assert execution_feedback(hung).endswith("(too slow, or it hangs)\nThe call it was in: odd (n=37), seed 1, uniform inputs")
 
 
 def test_a_compile_error_quotes_the_lines_its_log_cites(session):

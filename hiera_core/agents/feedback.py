@@ -106,7 +106,8 @@ def execution_feedback(evaluation: Evaluation, source: str = "", filename: str =
             lines.append(f"The last lines its process wrote to stderr:\n{_fence(evaluation.stderr_tail)}")
         return "\n".join(lines)
     if isinstance(evaluation, TimedOut):
-        return f"was killed after {evaluation.limit_s:.0f} s (too slow, or it hangs)"
+        call = f"\nThe call it was in: {evaluation.case}" if evaluation.case else ""
+        return f"was killed after {evaluation.limit_s:.0f} s (too slow, or it hangs){call}"
     if isinstance(evaluation, StaticRejected):
         return f"was rejected before compiling: {evaluation.reason[:LOG_LIMIT]}"
     if isinstance(evaluation, Rejected):

@@ -78,8 +78,9 @@ def main() -> None:
         judge = CudaJudge(harness, request, runner)
         result = judge.evaluate()
     except judging.RunnerGone as exc:
-        result = (TimedOut(limit_s=s["call_timeout_s"]) if exc.timed_out
-                  else runner.crashed(str(exc), case=judge.current if judge else "", signal=exc.signal))
+        case = judge.current if judge else ""
+        result = (TimedOut(limit_s=s["call_timeout_s"], case=case) if exc.timed_out
+                  else runner.crashed(str(exc), case=case, signal=exc.signal))
     except (RuntimeError, TypeError, ValueError) as exc:  # the harness on inputs a candidate broke, a CUDA error
         result = runner.crashed(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:400]}",
                                 case=judge.current if judge else "")

@@ -90,7 +90,7 @@ def main() -> None:
         judging.wait_for_go()
         result = judge.evaluate()
     except judging.RunnerGone as exc:
-        result = (TimedOut(limit_s=request.settings["call_timeout_s"]) if exc.timed_out
+        result = (TimedOut(limit_s=request.settings["call_timeout_s"], case=judge.current) if exc.timed_out
                   else runner.crashed(str(exc), case=judge.current, signal=exc.signal))
     finally:
         runner.close()
