@@ -42,7 +42,7 @@ class HieraSearch:
             failed, failure = repair
             briefs.append(Brief(
                 subject=failed, feedback=execution_feedback(failure, failed.source, ctx.contract.source_filename),
-                instruction=f"{REPAIR_INSTRUCTION}\n\nIt was written for this round's task:\n{instruction}",
+                instruction=f"{REPAIR_INSTRUCTION}\n\nIt implements the strategy that this round continues:\n{instruction}",
                 count=1, show_failures=False, repair=True,
             ))
         sources, notes = agents.generate_candidates(ctx, briefs, space=space, strategy=strategy)
