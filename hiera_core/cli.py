@@ -34,6 +34,10 @@ from hiera_core.suite import find_runs, write_suite_report
 log = structlog.get_logger(__name__)
 
 
+EXIT_PAUSED = 75
+"""A run paused to wait for answers (`api.AwaitingAnswers`): sysexits' EX_TEMPFAIL, "try again later"."""
+
+
 class UsageError(HieraError):
     """Bad input on the command line: one line to the user, exit code 2."""
 
@@ -134,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(highlight=False, soft_wrap=True)
     try:
         return args.handler(args, console)
+    except api.AwaitingAnswers as exc:
+        print(f"hiera: {exc}", file=sys.stderr)
+        return EXIT_PAUSED
+    except api.NoUsableAnswer as exc:
+        console.print(f"report: {exc.result.run_dir / 'report.md'}", markup=False)
+        print(f"hiera: error: {exc}", file=sys.stderr)
+        return 1
     except (UsageError, ConfigError, UnknownName, PluginError, RunDirError, BackendError) as exc:
         print(f"hiera: error: {exc}", file=sys.stderr)
         return 2
@@ -176,12 +187,14 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
 def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Console) -> int:
     """Every task of the workload, one run directory each under the suite folder, one after another; a task
-    that fails is reported in one line and the batch goes on."""
+    that fails or pauses (its backend answers later) is reported in one line and the batch goes on: so a paused
+    batch posts every task's requests at once, and exits with EXIT_PAUSED unless a task failed."""
     if config.run.task:
         raise UsageError("--all-tasks runs every task of the workload; drop --task (or select tasks in its config)")
     session = api.session(config, plugins=args.plugins)
     root = Path(config.run.run_dir or Path("runs") / new_run_id())
     failed = dict(getattr(session.workload, "failures", dict)())
+    paused: list[str] = []
     tasks = session.workload.tasks()
     console.print(f"{len(tasks)} task(s) of {session.workload.name} → {root}", markup=False)
     for task in tasks:
@@ -196,6 +209,9 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
             else:
                 run = attrs.evolve(config.run, task=task.name, run_dir=str(path))
                 _summary(api.run(attrs.evolve(config, run=run), plugins=plugins), console)
+        except api.AwaitingAnswers as exc:
+            paused.append(task.name)
+            console.print(f"{task.name}: {exc}", markup=False)
         except Exception as exc:  # noqa: BLE001 -- one task's failure must not stop the batch
             failed[task.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
             console.print(f"{task.name}: failed: {failed[task.name]}", markup=False)
@@ -204,6 +220,9 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
     runs = [p for p in sorted(root.iterdir()) if (p / MANIFEST).is_file()] if root.is_dir() else []
     if runs:
         console.print(f"suite report: {write_suite_report(runs, root)}", markup=False)
+    if paused and not failed:
+        print(f"hiera: {len(paused)} task(s) paused for answers; answer them, then run the same command again", file=sys.stderr)
+        return EXIT_PAUSED
     return 1 if failed or not runs else 0
 
 

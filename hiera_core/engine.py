@@ -23,7 +23,7 @@ import structlog
 from hiera_core import agents, records, sandbox
 from hiera_core.config import ConfigError
 from hiera_core.plugins import PluginError, collect
-from hiera_core.protocols import EvalJob, NoSeed, StagePassed
+from hiera_core.protocols import AnswerPending, EvalJob, NoSeed, StagePassed
 from hiera_core.records import Candidate, Evaluation, Measured
 from hiera_core.report import write_report
 from hiera_core.serialization import evaluation_to_json
@@ -128,15 +128,22 @@ class Engine:
         self.roofline: records.Roofline | None = None
         self.wall_s: dict[str, float] = {}
         self.stage_s: dict[str, dict[str, float]] = {}
+        self.round = 0
         self.agents = agents.Agents(session, run_dir=store.path, record=store.append)
 
     # --- the loop --------------------------------------------------------------------------
 
     def optimize(self) -> Candidate | None:
-        """Run (or resume) the search to its end, holding the run directory against a second optimizer."""
+        """Run (or resume) the search to its end, holding the run directory against a second optimizer. When the
+        backend will answer later (AnswerPending), the pause is recorded and the exception passes on: everything
+        done so far is in the run directory, and resuming it goes on from there."""
         self.store.lock()
         try:
             return self._optimize()
+        except AnswerPending as exc:
+            log.info("run_paused", round=self.round, waiting=exc.waiting)
+            self.store.append(records.RunPaused(round=self.round, waiting=exc.waiting, reason=str(exc)))
+            raise
         finally:
             self.store.unlock()
 
@@ -150,6 +157,7 @@ class Engine:
 
         self._evaluate_round(0, self._generated(0, self._seed_batch))
         for round_ in range(1, self.run.rounds + 1):
+            self.round = round_
             structlog.contextvars.bind_contextvars(round=round_)
             ctx = self._context(round_)
             plan = self._plan(ctx) if self.agents.plans else None

@@ -217,6 +217,26 @@ class BackendError(HieraError):
     its attempts; the message must never contain a secret."""
 
 
+class BackendUnusable(BackendError):
+    """A backend can answer no request of this run, so asking again cannot help (the service rejects the key,
+    does not know the model, or has no such endpoint: an HTTP 401, 403 or 404). The agent layer records the call
+    with this reason and the run stops at once with it, in one line; what the run recorded so far stays. The
+    message must never contain a secret."""
+
+
+class AnswerPending(BackendError):
+    """A backend has posted a request whose answer will come later (from a person, or an agent on another
+    machine) and the run should not wait for it. The agent layer lets the requests that could go out at the same
+    time be posted too, then the run stops, its records kept, and the caller learns that it waits
+    (`hiera_core.api.AwaitingAnswers`); resuming the run asks the same requests again, which the backend then
+    answers from what arrived meanwhile. The message says where the requests wait and how to answer them, in words
+    that hold for all of them (it is shown once, after "N request(s) wait for an answer"); `waiting` is how many."""
+
+    def __init__(self, message: str, *, waiting: int = 1) -> None:
+        super().__init__(message)
+        self.waiting = waiting
+
+
 @runtime_checkable
 class LLMBackend(Protocol):
     """Answers agent requests: a remote model, a cache, a person, or rules.
@@ -244,8 +264,9 @@ class LLMBackend(Protocol):
 
     def answer(self, request: AgentRequest) -> AgentAnswer:
         """Return the answer to one request, or raise BackendError saying why there is none (the request is
-        asked again). Any other exception is a bug and stops the run. Called by the agent layer for every
-        request its run's answer cache does not already hold."""
+        asked again); BackendUnusable when no request can be answered (the run stops), AnswerPending when the
+        answer will come later (the run pauses). Any other exception is a bug and stops the run. Called by the
+        agent layer for every request its run's answer cache does not already hold."""
         ...
 
 

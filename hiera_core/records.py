@@ -440,9 +440,22 @@ class RecordedAnswer:
     labels: list[SourceLabel] = attrs.field(factory=list)
 
 
+@attrs.frozen(kw_only=True)
+class RunPaused:
+    """The run stopped to wait for answers its backend will have later (`AnswerPending`); `hiera resume` continues
+    it from here, answering from what arrived meanwhile."""
+
+    round: int
+    """The round whose requests wait (0: before the first)."""
+    waiting: int
+    """How many requests were left waiting."""
+    reason: str
+    """The backend's word on where they wait and how to answer them."""
+
+
 Event = (
     RunStarted | BaselineEvaluated | PlanMade | CandidatesGenerated | CandidateEvaluated | RoundFinished | RunFinished
-    | AgentCalled
+    | AgentCalled | RunPaused
 )
 """One line of `trajectory.jsonl`."""
 

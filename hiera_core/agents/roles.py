@@ -29,7 +29,7 @@ from hiera_core.agents.answers import (
 from hiera_core.agents.cache import ANSWER_CACHE, AnswerCache, _recorded_answer
 from hiera_core.agents.context import Brief, GeneratedSource, Generation, PlanningContext
 from hiera_core.plugins import PluginError, one_line
-from hiera_core.protocols import AgentAnswer, AgentRequest, BackendError
+from hiera_core.protocols import AgentAnswer, AgentRequest, AnswerPending, BackendError, BackendUnusable
 from hiera_core.records import Plan, SourceLabel, SpaceDecision, Strategy
 
 if TYPE_CHECKING:
@@ -188,7 +188,12 @@ class Agents:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             request = attrs.evolve(base, prompt=prompt + reask, attempt=attempt)
             started = time.perf_counter()
-            answer, cached, error = self._answer(request)
+            try:
+                answer, cached, error = self._answer(request)
+            except BackendUnusable as exc:  # no request can be answered: the run stops, this call recorded
+                reason = f"backend {self.backend.name}: {exc}"
+                self._note(request, None, cached=False, error=reason, wall_s=time.perf_counter() - started)
+                raise BackendUnusable(f"{reason} (round {request.round}'s {role} request)") from exc
             value = None
             if answer is not None:
                 try:
@@ -209,6 +214,8 @@ class Agents:
             return _recorded_answer(recorded), True, None
         try:
             answer = self.backend.answer(request)
+        except (BackendUnusable, AnswerPending):
+            raise
         except BackendError as exc:
             return None, False, f"backend {self.backend.name}: {exc}"
         except Exception as exc:  # a bug, not an answer that could not be had: asking again cannot help
@@ -239,7 +246,9 @@ class Agents:
 
     def _in_parallel(self, calls: list[Callable[[], Any]]) -> list[Any]:
         """Run `calls` with up to `parallel_requests` in flight; each result, or its AgentError, in order.
-        Daemon threads, so that Ctrl-C ends a run even while a backend waits (a person, a slow service)."""
+        Every call runs even when another raised, so that all requests that can go out together are posted
+        before a pause (AnswerPending, raised once for all of them). Daemon threads, so that Ctrl-C ends a run
+        even while a backend waits (a person, a slow service)."""
         results: list[Any] = [None] * len(calls)
         slots = threading.Semaphore(self.parallel_requests)
 
@@ -256,8 +265,11 @@ class Agents:
         for thread in threads:
             thread.join()
         for result in results:
-            if isinstance(result, Exception) and not isinstance(result, AgentError):
+            if isinstance(result, Exception) and not isinstance(result, (AgentError, AnswerPending)):
                 raise result
+        pending = [result for result in results if isinstance(result, AnswerPending)]
+        if pending:
+            raise AnswerPending(str(pending[0]), waiting=sum(p.waiting for p in pending)) from pending[0]
         return results
 
 
