@@ -129,7 +129,7 @@ class Engine:
         self.wall_s: dict[str, float] = {}
         self.stage_s: dict[str, dict[str, float]] = {}
         self.round = 0
-        self.agents = agents.Agents(session, run_dir=store.path, record=store.append)
+        self.agents = agents.Agents(session, run_dir=store.path, record=store.append, recorded=store.events)
 
     # --- the loop --------------------------------------------------------------------------
 

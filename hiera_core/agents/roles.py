@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,12 +49,16 @@ class AgentError(Exception):
 class Agents:
     """The three roles over the session's backend, for one run: cached, recorded, retried."""
 
-    def __init__(self, session: Session, *, run_dir: Path, record: Callable[[records.AgentCalled], None]) -> None:
+    def __init__(self, session: Session, *, run_dir: Path, record: Callable[[records.AgentCalled], None],
+                 recorded: Iterable[records.Event] = ()) -> None:
+        """`recorded`: the run's trajectory so far; a call it already holds, answered from the cache again when
+        the run is resumed, is not recorded twice."""
         self.session = session
         self.backend = session.backend
         self.cache = AnswerCache(run_dir / ANSWER_CACHE)
         self.search = session.registries["searches"].get(session.config.run.strategy)()
         self._record = record
+        self._recorded = {(e.round, e.role, e.sample, e.attempt) for e in recorded if isinstance(e, records.AgentCalled)}
         self._record_lock = threading.Lock()
         self.parallel_requests = max(1, int(getattr(self.backend, "parallel_requests", 1)))
         self.candidates_per_request: int | None = getattr(self.backend, "candidates_per_request", None)
@@ -227,6 +231,8 @@ class Agents:
         return answer, False, None
 
     def _note(self, request: AgentRequest, answer: AgentAnswer | None, *, cached: bool, error: str | None, wall_s: float) -> None:
+        if cached and (request.round, request.role, request.sample, request.attempt) in self._recorded:
+            return
         event = records.AgentCalled(
             round=request.round,
             role=request.role,
