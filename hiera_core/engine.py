@@ -217,6 +217,7 @@ class Engine:
             plans=[e.plan for e in self.store.events if isinstance(e, records.PlanMade)],
             allowed_spaces=self.session.allowed_spaces(),
             planning=self.run.planning,
+            roofline=self.roofline,
         )
 
     def _plan(self, ctx: agents.PlanningContext) -> records.Plan | None:

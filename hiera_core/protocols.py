@@ -109,8 +109,9 @@ class ImplementationSpace(Protocol):
     rank: ClassVar[int]
     """0 for the most controlled space (pure_cuda), increasing as the space widens."""
     description: ClassVar[str]
-    """What the space admits, in words a prompt can quote. Each architecture enforces it by `rank`
-    (`Architecture.check_source`, and in its own evaluators)."""
+    """What the space admits, in general words. Each architecture enforces it by `rank` (`Architecture.check_source`,
+    and in its own evaluators), and the prompts quote the architecture's own account of it where it gives one
+    (`Architecture.describe_space`)."""
 
 
 
@@ -246,7 +247,14 @@ class Architecture(Protocol):
     Optional: `preference: int` (default 0): `--arch auto` takes, of the architectures that can run here, the
     one with the highest preference; `kind: str` (default: its name): the kind of candidate it runs, which
     names the workload side (`Workload.contract(task, kind)`, ...) and the evaluators (`Evaluator.arch`) that
-    serve it, so a new architecture of an existing kind (another CPU, another compiler) needs neither."""
+    serve it, so a new architecture of an existing kind (another CPU, another compiler) needs neither.
+
+    Optional, for the prompts (`RunContext.hardware`, `RunContext.space_rules`), each called once per session:
+    `describe_hardware() -> str`: the hardware in words a model writes code for (model; cores and vector
+    extensions, or SMs and compute capability; caches; memory), from what the planning process can know (a
+    device it cannot see is described by what the configuration says); without it the prompts list `hardware()`.
+    `describe_space(rank) -> str`: what a space of `rank` admits on this architecture, in the terms its checks
+    enforce (`check_source` and its evaluators); without it the prompts quote the space's own description."""
 
     name: ClassVar[str]
     config_class: ClassVar[type | None]

@@ -2,7 +2,8 @@
 frozen contract, the target, the candidate shown and what running it gave, the run's history, the spaces
 and the directions with the architecture's knowledge of them, and the answer format. The knowledge they
 quote belongs to the plugins that own it (a direction's description, the architecture's knowledge,
-rubric and strategies of it, a space's description, a workload's contract, an architecture's toolchain)."""
+rubric and strategies of it, what each space admits on the architecture, the architecture's hardware, peaks and
+toolchain, a workload's contract)."""
 
 from __future__ import annotations
 
@@ -43,9 +44,28 @@ def _contract_section(ctx: PlanningContext) -> str:
     return "\n".join(lines)
 
 
-def _target_section(ctx: PlanningContext) -> str:
+def _target_section(session: Session, ctx: PlanningContext) -> str:
     tools = "; ".join(f"{k}: {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in ctx.toolchain.items())
-    return f"# Target\nArchitecture `{ctx.arch}`. The file is built with {tools}."
+    lines = [f"# Target\nArchitecture `{ctx.arch}`.", session.context.hardware, _peaks(ctx), f"The file is built with {tools}."]
+    return "\n".join(line for line in lines if line)
+
+
+def _peaks(ctx: PlanningContext) -> str:
+    """The measured peaks and the floors they set, which a result may not beat."""
+    roofline = ctx.roofline
+    if roofline is None:
+        return ""
+    dtype = ctx.task.params.get("dtype", "float64")
+    work = f"at least {roofline.bytes_moved / 1e6:.4g} MB moved"
+    floors = f"{roofline.memory_floor_ms:.3g} ms for memory"
+    if roofline.flops:
+        work += f" and {roofline.flops / 1e9:.4g} GFLOP computed"
+        floors += f", {roofline.compute_floor_ms:.3g} ms for arithmetic"
+    return (
+        f"Measured on this machine: {roofline.peak_gbps:.4g} GB/s memory bandwidth, {roofline.peak_gflops:.4g} GFLOP/s"
+        f" in {dtype}. One call of this task has {work}, so its floors are {floors}; a time far below them is"
+        " rejected as impossible."
+    )
 
 
 def _subject_section(title: str, candidate: Candidate | None, feedback: str, filename: str) -> str:
@@ -113,7 +133,8 @@ def _best_section(session: Session, ctx: PlanningContext) -> str:
 def ssda(session: Session, ctx: PlanningContext, schema: dict[str, Any]) -> str:
     """SSDA: choose the space among `ctx.allowed_spaces` and score every direction."""
     directions, knowledge = session.directions, session.context.knowledge
-    spaces = "\n".join(f"- {s.name}: {s.description}" for s in session.spaces if s.name in ctx.allowed_spaces)
+    rules = session.context.space_rules
+    spaces = "\n".join(f"- {s.name}: {rules[s.name]}" for s in session.spaces if s.name in ctx.allowed_spaces)
     rubric = "\n".join(
         f"- {d.name} ({d.title}): {d.description}\n  Rubric: {knowledge[d.name].rubric}" for d in directions.values()
     )
@@ -126,7 +147,7 @@ def ssda(session: Session, ctx: PlanningContext, schema: dict[str, Any]) -> str:
         " that earlier rounds already tried without gain deserves a lower score.",
         _task_section(ctx),
         _contract_section(ctx),
-        _target_section(ctx),
+        _target_section(session, ctx),
         _best_section(session, ctx),
         _failures_section(ctx),
         _decisions_section(ctx),
@@ -153,12 +174,12 @@ def spa(session: Session, ctx: PlanningContext, decision: SpaceDecision) -> str:
         " Adapt or combine the known strategies to what the profile shows; stay inside the space.",
         _task_section(ctx),
         _contract_section(ctx),
-        _target_section(ctx),
+        _target_section(session, ctx),
         _best_section(session, ctx),
         _failures_section(ctx),
         _decisions_section(ctx),
         f"# Decision\nspace {decision.space}, direction {decision.direction} ({scores}). Rationale: {decision.rationale}",
-        f"# Space {decision.space}\n{session.space(decision.space).description}",
+        f"# Implementation space {decision.space}\n{session.context.space_rules[decision.space]}",
         f"# Direction {direction.name}: {direction.title}\n{direction.description}\n{known.knowledge}",
         f"# Known strategies for {direction.name} in {decision.space}\n"
         + (catalogue or f"- none known here on '{session.context.kind}' architectures: devise one from the profile"),
@@ -175,10 +196,10 @@ def judge(session: Session, ctx: PlanningContext, space: str) -> str:
         " follows to apply it. If the last round's candidates failed, say what they got wrong in the steps.",
         _task_section(ctx),
         _contract_section(ctx),
-        _target_section(ctx),
+        _target_section(session, ctx),
         _best_section(session, ctx),
         _failures_section(ctx),
-        f"# Implementation space\n{session.space(space).description}",
+        f"# Implementation space {space}\n{session.context.space_rules[space]}",
         _answer_format(JUDGE_SCHEMA, example),
     )
 
@@ -200,10 +221,10 @@ def oa(session: Session, ctx: PlanningContext, brief: Brief, *, space: str, samp
         " faster than the candidate shown and exactly as correct.",
         _task_section(ctx),
         _contract_section(ctx),
-        _target_section(ctx),
+        _target_section(session, ctx),
         _subject_section("Starting point", brief.subject, brief.feedback, filename),
         _failures_section(ctx) if brief.show_failures else "",
-        f"# What to do\n{brief.instruction}\n\n# Implementation space {space}\n{session.space(space).description}",
+        f"# What to do\n{brief.instruction}\n\n# Implementation space {space}\n{session.context.space_rules[space]}",
         f"# Write\n{wanted} of `{filename}`: the whole file, compilable on its own with the frozen files.{independent}",
         _answer_format(OA_SCHEMA, example),
     )
