@@ -97,6 +97,9 @@ class Workload(Protocol):
 
     # Optional: `baselines(task, arch) -> list[records.Baseline]`, implementations users compare against;
     # each run evaluates them once, before its initial candidate, and the report sets the best against each.
+    # Optional: `inputs(task, arch) -> str`, the task's inputs as a prompt states them: value ranges and
+    # distributions, what each argument really holds (random weights, not a uniform average), the sizes and seeds
+    # a candidate is checked and timed on; quoted under the task in every prompt (`PlanningContext.inputs`).
     # Optional: `failures() -> dict[str, str]`, the tasks of the selection that could not be loaded, each with
     # a one-line reason; `hiera contracts` and `hiera run --all-tasks` print them and go on with the rest.
 

@@ -47,7 +47,7 @@ class PromptRecorder:
             data = {"name": "stream-rows", "steps": ["stream along rows"], "constraints": ["keep zero padding"]}
         else:
             source, _, _ = self.context.workload.seed(self.context.task, self.context.kind)
-            data = {"candidates": [{"source": source.replace("One application", "An application")}]}
+            data = {"candidates": [{"source": source.replace("One application", f"Round {request.round}'s application")}]}
         return AgentAnswer(text=json.dumps(data))
 
 
@@ -118,6 +118,49 @@ def test_cuda_describes_what_it_can_know_without_a_visible_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     text = CudaArchitecture(CudaConfig(arch_list="9.0a")).describe_hardware()
     assert "compute capability 9.0a" in text and "not known here" in text
+
+
+# --- the workload's inputs -------------------------------------------------------------------------
+
+
+def test_the_stencil_prompts_say_the_weights_are_random_and_sum_to_1_and_give_ranges_and_checked_sizes(host_run):
+    prompts, engine = host_run
+    harness = engine.session.workload.harness(engine.session.task, "host")
+    for role in ("ssda", "spa", "oa"):
+        task = section(prompts[role][0], "Task:")
+        assert "box stencil (radius 3, normalized weights)" not in task and "not a uniform average" in task
+        inputs = task.split("## Inputs\n")[1]
+        assert "each drawn uniform in [0.25, 1.75] and then scaled so that they sum to 1" in inputs
+        assert "`uniform`, every value uniform in [-1, 1]" in inputs and "+-[1, 100] and every other point exactly 0" in inputs
+        sizes = re.search(r"checked at n = ([\d, ]+) with seeds 1, 2, 3 and both distributions, and at n = (\d+)", inputs)
+        assert [int(n) for n in sizes.group(1).split(", ")] + [int(sizes.group(2))] == sorted(
+            (c["n"] for c in harness.correctness_cases(False)), key=lambda n: n == harness.n)
+        assert f"timed at n = {harness.timing_case()['n']}" in inputs
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_inputs_a_host_check_draws_are_what_the_prompt_says(seed):
+    import numpy as np
+    from hiera_workloads.stencil2d.host import HostStencilHarness
+
+    harness = HostStencilHarness(n=37, radius=3, steps=1)
+    uniform = harness.make_inputs({"n": 37}, seed, "uniform")
+    spiky = harness.make_inputs({"n": 37}, seed, "spiky")["field"]
+    assert -1 <= uniform["field"].min() and uniform["field"].max() <= 1
+    assert np.count_nonzero(spiky) == 37 * 37 // 100 and 1 <= np.abs(spiky[spiky != 0]).min() <= np.abs(spiky).max() <= 100
+    weights = uniform["weights"]
+    assert weights.sum() == pytest.approx(1) and weights.min() > 0 and weights.std() > 0.1 / 49
+
+
+def test_a_kernelbench_task_says_what_get_inputs_gives_and_how_it_is_checked():
+    from pathlib import Path
+
+    from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
+
+    workload = KernelBench(KernelBenchConfig(root=str(Path(__file__).parent / "plugins" / "kernelbench_tasks"), level=2))
+    text = workload.inputs(workload.tasks()[0], "cuda")
+    assert "`x` float32 [4, 12]" in text and "x*2+0.5" in text and "seeds 1, 2, 3" in text
+    assert "3 parameters and buffers" in text
 
 
 # --- what each space admits, in the terms of the checks -----------------------------------------

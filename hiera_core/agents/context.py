@@ -31,6 +31,8 @@ class PlanningContext:
     """The plans of earlier rounds, oldest first."""
     allowed_spaces: list[str]
     planning: bool
+    inputs: str = ""
+    """The workload's account of the task's inputs (`Workload.inputs`): ranges, distributions, checked sizes."""
     roofline: Roofline | None = None
     """The run's floors: this machine's measured peaks and the task's work, quoted in the Target section."""
 

@@ -29,7 +29,8 @@ def _fence(text: str, filename: str) -> str:
 
 
 def _task_section(ctx: PlanningContext) -> str:
-    return f"# Task: {ctx.task.name} ({ctx.task.workload}), round {ctx.round}\n{ctx.task.description}"
+    inputs = f"\n## Inputs\n{ctx.inputs}" if ctx.inputs else ""
+    return f"# Task: {ctx.task.name} ({ctx.task.workload}), round {ctx.round}\n{ctx.task.description}{inputs}"
 
 
 def _contract_section(ctx: PlanningContext) -> str:

@@ -13,7 +13,7 @@ from hiera_workloads.stencil2d import cuda, host
 from hiera_workloads.stencil2d.reference import WEIGHT_KINDS
 
 SIDES: dict[str, ModuleType] = {"host": host, "cuda": cuda}
-"""Each architecture's side of the workload: a module with `grid`, `contract`, `seed`, `templates` and
+"""Each architecture's side of the workload: a module with `grid`, `contract`, `seed`, `templates`, `inputs` and
 `harness`, each taking the task (and optionally `baselines`)."""
 
 
@@ -65,10 +65,10 @@ class Stencil2D:
                     "dtype": "float64",
                 },
                 description=(
-                    f"A {k}x{k} box stencil (radius {c.radius}, {c.weights} weights) in FP64 on a square grid, "
-                    f"zero outside it, applied {c.steps} time(s): each output is the weighted sum of the "
-                    f"{k * k} inputs around it. The grid is {c.n}x{c.n} on a GPU and {c.host_n}x{c.host_n} "
-                    "on the host."
+                    f"A {k}x{k} stencil (radius {c.radius}) in FP64 on a square grid, zero outside it, applied "
+                    f"{c.steps} time(s): each output is the weighted sum of the {k * k} inputs around it, with "
+                    "weights passed in every call: random positive values summing to 1, not a uniform average. "
+                    f"The grid is {c.n}x{c.n} on a GPU and {c.host_n}x{c.host_n} on the host."
                 ),
             )
         ]
@@ -93,6 +93,10 @@ class Stencil2D:
         """What users compare against, measured in every run (the GPU side: cuDNN two ways and FFT)."""
         side = self._side(arch)
         return side.baselines(task) if hasattr(side, "baselines") else []
+
+    def inputs(self, task: Task, arch: str) -> str:
+        """The field's two distributions and ranges, the random weights, and the sizes and seeds checked."""
+        return self._side(arch).inputs(task)
 
     def harness(self, task: Task, arch: str) -> Any:
         return self._side(arch).harness(task)
