@@ -228,3 +228,19 @@ def test_without_the_architecture_s_account_the_prompts_quote_its_hardware_and_t
     assert _hardware_text(Plain(None), device=True) == "model: plain board; cores: 3"
     assert _hardware_text(Plain(None), device=False) == ""
     assert _space_rules(Plain(None), [PureCuda(None)]) == {"pure_cuda": PureCuda.description}
+
+
+# --- the history the SSDA reads ----------------------------------------------------------------------
+
+
+def test_the_ssda_history_gives_each_candidate_s_spread_and_weakest_signals(host_run):
+    prompts, engine = host_run
+    assert len(prompts["ssda"]) == 2
+    history = section(prompts["ssda"][1], "Candidates so far")
+    measured = [(c, e) for c, e in engine.history if c.round < 2 and hasattr(e, "latency_p10_ms")]
+    assert len(measured) == 2  # the seed and round 1's candidate
+    for candidate, evaluation in measured:
+        row = next(line for line in history.splitlines() if f"`{candidate.id}`" in line)
+        assert f"(p10 {evaluation.latency_p10_ms:.4g}, p90 {evaluation.latency_p90_ms:.4g})" in row
+        weakest = min(evaluation.profile.signals, key=lambda name: (evaluation.profile.signals[name], name))
+        assert f"weakest signals: {weakest} " in row and f"{evaluation.speedup_vs_reference:.2f}x the reference" in row

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from hiera_core.agents.answers import JUDGE_SCHEMA, OA_SCHEMA, SPA_SCHEMA
 from hiera_core.agents.context import Brief, PlanningContext
 from hiera_core.agents.feedback import outcome, execution_feedback, profile_summary
-from hiera_core.records import Candidate, Measured, SpaceDecision
+from hiera_core.records import Candidate, Evaluation, Measured, SpaceDecision
 
 if TYPE_CHECKING:
     from hiera_core.session import Session
@@ -105,10 +105,29 @@ def _decisions_section(ctx: PlanningContext) -> str:
 
 def _history_section(ctx: PlanningContext, limit: int = 12) -> str:
     rows = [
-        f"- `{c.id}` round {c.round} {c.space} {c.direction or '-'} {c.strategy or 'initial'}: {outcome(e)}"
+        f"- `{c.id}` round {c.round} {c.space} {c.direction or '-'} {c.strategy or 'initial'}: {_measured_briefly(e)}"
         for c, e in ctx.history[-limit:]
     ]
-    return "# Candidates so far (latest last)\n" + ("\n".join(rows) or "- none")
+    return (
+        "# Candidates so far (latest last)\nEach: the median latency with the p10 and p90 of its timed calls, the"
+        " speedup over the reference, and its weakest profile signals (1 = healthy), or why it failed.\n"
+        + ("\n".join(rows) or "- none")
+    )
+
+
+def _measured_briefly(evaluation: Evaluation, signals: int = 3) -> str:
+    """One line of a candidate's result: its spread and short profile when measured, else its failure."""
+    if not isinstance(evaluation, Measured):
+        return outcome(evaluation)
+    line = (
+        f"{evaluation.latency_ms:.4g} ms (p10 {evaluation.latency_p10_ms:.4g}, p90 {evaluation.latency_p90_ms:.4g}),"
+        f" {evaluation.speedup_vs_reference:.2f}x the reference"
+    )
+    profile = evaluation.profile
+    if profile is not None and profile.signals:
+        weakest = sorted(profile.signals.items(), key=lambda item: (item[1], item[0]))[:signals]
+        line += "; weakest signals: " + ", ".join(f"{name} {value:.2f}" for name, value in weakest)
+    return line
 
 
 def _join(*sections: str) -> str:
