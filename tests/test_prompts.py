@@ -244,3 +244,19 @@ def test_the_ssda_history_gives_each_candidate_s_spread_and_weakest_signals(host
         assert f"(p10 {evaluation.latency_p10_ms:.4g}, p90 {evaluation.latency_p90_ms:.4g})" in row
         weakest = min(evaluation.profile.signals, key=lambda name: (evaluation.profile.signals[name], name))
         assert f"weakest signals: {weakest} " in row and f"{evaluation.speedup_vs_reference:.2f}x the reference" in row
+
+
+# --- the directions' knowledge on the host ----------------------------------------------------------
+
+
+def test_host_knowledge_asks_for_nothing_a_c_source_cannot_do():
+    from hiera_plugins.host.knowledge import KNOWLEDGE
+
+    for name, knowledge in KNOWLEDGE.items():
+        texts = [knowledge.knowledge, knowledge.rubric]
+        texts += [" ".join((s.name, *s.steps, *s.constraints)) for s in knowledge.strategies_for(2)]
+        for text in texts:  # no environment variable, build flag, tool run, PyTorch or GPU word
+            assert not re.search(r"OMP_[A-Z_]+=|objdump|-fopt-info|-ffast-math|torch|ATen|\bGPU|CUDA|cuDNN|shared memory|warp",
+                                 text), (name, text)
+        assert knowledge.strategies[2] == (), f"{name}: PyTorch strategies for C on a CPU"
+    assert "proc_bind(close)" in KNOWLEDGE["P"].knowledge and "cannot set `OMP_*` environment variables" in KNOWLEDGE["P"].knowledge
