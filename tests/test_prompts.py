@@ -11,9 +11,11 @@ import threading
 import pytest
 
 from hiera_core import AgentAnswer, hookimpl
+from hiera_core.agents.prompts import figure
 from hiera_core.config import load_config
 from hiera_core.engine import Engine, create_run
 from hiera_core.plugins import make_plugin_manager
+from hiera_core.records import Measured
 from hiera_core.session import Session
 from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig
 from hiera_plugins.host.architecture import SOURCE_RULES, HostArchitecture, HostConfig, cpu_cores, simd_extensions
@@ -98,7 +100,7 @@ def test_every_host_prompt_names_the_cpu_its_vector_extensions_cores_and_measure
         assert hardware["model"] in target, role
         assert f"{cpu_cores()} cores available to a candidate" in target, role
         assert all(flag in target for flag in simd_extensions()), role
-        assert f"{roofline.peak_gbps:.4g} GB/s memory bandwidth, {roofline.peak_gflops:.4g} GFLOP/s in float64" in target
+        assert f"{figure(roofline.peak_gbps)} GB/s memory bandwidth, {figure(roofline.peak_gflops)} GFLOP/s in float64" in target
         assert f"floors are {roofline.memory_floor_ms:.3g} ms for memory" in target
         assert "-march=native" in target and not GPU_WORDS.search(target), role
 
@@ -161,6 +163,23 @@ def test_a_kernelbench_task_says_what_get_inputs_gives_and_how_it_is_checked():
     text = workload.inputs(workload.tasks()[0], "cuda")
     assert "`x` float32 [4, 12]" in text and "x*2+0.5" in text and "seeds 1, 2, 3" in text
     assert "3 parameters and buffers" in text
+
+
+def test_cuda_describes_a_visible_gpu_by_name_sms_memory_and_capability(monkeypatch):
+    from types import SimpleNamespace
+
+    from hiera_plugins.cuda import architecture
+
+    torch = pytest.importorskip("torch")
+    props = SimpleNamespace(name="NVIDIA H200", major=9, minor=0, multi_processor_count=132, total_memory=150 * 2**30,
+                            L2_cache_size=60 * 2**20)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    monkeypatch.setattr(architecture, "_driver_version", lambda: "580.1")
+    text = CudaArchitecture(CudaConfig(arch_list="9.0a")).describe_hardware()
+    assert text == ("GPU: NVIDIA H200 (device 0), compute capability 9.0 (built for 9.0a), 132 SMs, 150.0 GiB of device"
+                    " memory, 60.0 MiB L2; driver 580.1.")
 
 
 # --- what each space admits, in the terms of the checks -----------------------------------------
@@ -237,8 +256,8 @@ def test_the_ssda_history_gives_each_candidate_s_spread_and_weakest_signals(host
     prompts, engine = host_run
     assert len(prompts["ssda"]) == 2
     history = section(prompts["ssda"][1], "Candidates so far")
-    measured = [(c, e) for c, e in engine.history if c.round < 2 and hasattr(e, "latency_p10_ms")]
-    assert len(measured) == 2  # the seed and round 1's candidate
+    measured = [(c, e) for c, e in engine.history if c.round < 2 and isinstance(e, Measured)]
+    assert measured and measured[0][0].round == 0, history  # the seed at least
     for candidate, evaluation in measured:
         row = next(line for line in history.splitlines() if f"`{candidate.id}`" in line)
         assert f"(p10 {evaluation.latency_p10_ms:.4g}, p90 {evaluation.latency_p90_ms:.4g})" in row

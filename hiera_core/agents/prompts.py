@@ -57,16 +57,21 @@ def _peaks(ctx: PlanningContext) -> str:
     if roofline is None:
         return ""
     dtype = ctx.task.params.get("dtype", "float64")
-    work = f"at least {roofline.bytes_moved / 1e6:.4g} MB moved"
+    work = f"at least {figure(roofline.bytes_moved / 1e6)} MB moved"
     floors = f"{roofline.memory_floor_ms:.3g} ms for memory"
     if roofline.flops:
-        work += f" and {roofline.flops / 1e9:.4g} GFLOP computed"
+        work += f" and {figure(roofline.flops / 1e9)} GFLOP computed"
         floors += f", {roofline.compute_floor_ms:.3g} ms for arithmetic"
     return (
-        f"Measured on this machine: {roofline.peak_gbps:.4g} GB/s memory bandwidth, {roofline.peak_gflops:.4g} GFLOP/s"
-        f" in {dtype}. One call of this task has {work}, so its floors are {floors}; a time far below them is"
-        " rejected as impossible."
+        f"Measured on this machine: {figure(roofline.peak_gbps)} GB/s memory bandwidth, {figure(roofline.peak_gflops)}"
+        f" GFLOP/s in {dtype}. One call of this task has {work}, so its floors are {floors}; a time far below them"
+        " is rejected as impossible."
     )
+
+
+def figure(value: float) -> str:
+    """A measured figure as a prompt prints it: whole above a thousand (`60,000`), else four significant digits."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def _subject_section(title: str, candidate: Candidate | None, feedback: str, filename: str) -> str:
