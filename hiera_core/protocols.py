@@ -144,6 +144,9 @@ class DirectionKnowledge:
     strategies: tuple[tuple[StrategyTemplate, ...], ...] = attrs.field(default=(), converter=_ranked)
     """The catalogue, one tuple per space rank, narrowest (rank 0) first, each most promising first; a rank
     with nothing of its own is an empty tuple."""
+    title: str = ""
+    """The direction's title on this kind, where the paper's (`Direction.title`) names hardware it lacks ("Thread
+    and core parallelism" for "Thread, warp and core parallelism" on a CPU); empty: the direction's own."""
 
     def strategies_for(self, rank: int) -> tuple[StrategyTemplate, ...]:
         """The strategies admissible in a space of `rank`: those of its own rank, then those of every narrower

@@ -122,6 +122,17 @@ def test_cuda_describes_what_it_can_know_without_a_visible_gpu(monkeypatch):
     assert "compute capability 9.0a" in text and "not known here" in text
 
 
+def test_no_host_prompt_speaks_of_gpu_hardware_outside_the_space_names_and_the_task_s_gpu_size(host_run):
+    prompts, _ = host_run
+    for role, texts in prompts.items():
+        for text in texts:
+            task = section(text, "Task:")
+            assert "on a GPU" in task  # the task's description gives both sides' grids; nothing else names a GPU
+            rest = without_space_names(text.replace(task, ""))
+            assert not GPU_WORDS.search(rest), (role, GPU_WORDS.search(rest).group())
+    assert "- P (Thread and core parallelism)" in prompts["ssda"][0] and "- T (SIMD FMA and instruction pipeline)" in prompts["ssda"][0]
+
+
 # --- the workload's inputs -------------------------------------------------------------------------
 
 

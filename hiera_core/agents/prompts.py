@@ -161,7 +161,8 @@ def ssda(session: Session, ctx: PlanningContext, schema: dict[str, Any]) -> str:
     rules = session.context.space_rules
     spaces = "\n".join(f"- {s.name}: {rules[s.name]}" for s in session.spaces if s.name in ctx.allowed_spaces)
     rubric = "\n".join(
-        f"- {d.name} ({d.title}): {d.description}\n  Rubric: {knowledge[d.name].rubric}" for d in directions.values()
+        f"- {d.name} ({knowledge[d.name].title or d.title}): {d.description}\n  Rubric: {knowledge[d.name].rubric}"
+        for d in directions.values()
     )
     example = {"space": ctx.allowed_spaces[0], "scores": {d: 0.5 for d in directions}, "rationale": "which evidence, which headroom"}
     return _join(
@@ -205,7 +206,7 @@ def spa(session: Session, ctx: PlanningContext, decision: SpaceDecision) -> str:
         _decisions_section(ctx),
         f"# Decision\nspace {decision.space}, direction {decision.direction} ({scores}). Rationale: {decision.rationale}",
         f"# Implementation space {decision.space}\n{session.context.space_rules[decision.space]}",
-        f"# Direction {direction.name}: {direction.title}\n{direction.description}\n{known.knowledge}",
+        f"# Direction {direction.name}: {known.title or direction.title}\n{direction.description}\n{known.knowledge}",
         f"# Known strategies for {direction.name} in {decision.space}\n"
         + (catalogue or f"- none known here on '{session.context.kind}' architectures: devise one from the profile"),
         _answer_format(SPA_SCHEMA, example),

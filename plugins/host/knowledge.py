@@ -79,6 +79,7 @@ CONTROL = DirectionKnowledge(
 )
 
 PARALLELISM = DirectionKnowledge(
+    title="Thread and core parallelism",
     knowledge="\n".join(
         (
             "- Threads come from a library (OpenMP, pthreads), admitted from the space of rank 1 up: a rank-0 "
@@ -232,6 +233,7 @@ REUSE = DirectionKnowledge(
 )
 
 TENSOR = DirectionKnowledge(
+    title="SIMD FMA and instruction pipeline",
     knowledge="\n".join(
         (
             "- Peak arithmetic needs SIMD FMA (AVX2/AVX-512 `vfmadd`) with enough independent vector accumulators "
