@@ -31,7 +31,9 @@ class Stencil2DConfig:
     timed and checked, the contract allows temporal blocking (fusing applications per launch), and the report
     gives the time per application, amortised."""
     weights: str = "normalized"
-    """`normalized` (seeded positive random weights summing to 1) or `uniform` (all 1/(2r+1)^2)."""
+    """The task's own weights, recorded in its parameters (`reference.stencil_weights`): `normalized` (seeded positive
+    random weights summing to 1) or `uniform` (all 1/(2r+1)^2). The checks and timed calls never use them: every
+    input draws fresh positive weights summing to 1, as the contract and the prompts say."""
 
     def __attrs_post_init__(self) -> None:
         for field in ("n", "host_n", "radius", "steps"):
