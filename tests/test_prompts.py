@@ -290,3 +290,18 @@ def test_host_knowledge_asks_for_nothing_a_c_source_cannot_do():
                                  text), (name, text)
         assert knowledge.strategies[2] == (), f"{name}: PyTorch strategies for C on a CPU"
     assert "proc_bind(close)" in KNOWLEDGE["P"].knowledge and "cannot set `OMP_*` environment variables" in KNOWLEDGE["P"].knowledge
+
+
+def test_the_conformance_kit_rejects_a_description_that_is_not_a_method():
+    import types
+
+    from hiera_contracts.conformance import conformance_problems
+
+    class Described(HostArchitecture):
+        name = "described"
+        describe_space = "C on a CPU"
+
+    registers = types.SimpleNamespace(hiera_register_architectures=hookimpl(lambda: [Described]))
+    problems = conformance_problems(make_plugin_manager(autoload=False, extra_plugins=[registers]))
+    assert problems == [f"architecture 'described' ({__name__}.{Described.__qualname__}): `describe_space` must be a"
+                        " method, not str 'C on a CPU'"]
