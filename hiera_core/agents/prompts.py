@@ -47,12 +47,13 @@ def _contract_section(ctx: PlanningContext) -> str:
 
 def _target_section(session: Session, ctx: PlanningContext) -> str:
     tools = "; ".join(f"{k}: {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in ctx.toolchain.items())
-    lines = [f"# Target\nArchitecture `{ctx.arch}`.", session.context.hardware, _peaks(ctx), f"The file is built with {tools}."]
+    peaks = _peaks(ctx, session.config.run.floor_margin)
+    lines = [f"# Target\nArchitecture `{ctx.arch}`.", session.context.hardware, peaks, f"The file is built with {tools}."]
     return "\n".join(line for line in lines if line)
 
 
-def _peaks(ctx: PlanningContext) -> str:
-    """The measured peaks and the floors they set, which a result may not beat."""
+def _peaks(ctx: PlanningContext, margin: float) -> str:
+    """The measured peaks and the floors they set: a time below `margin` of the larger floor is rejected."""
     roofline = ctx.roofline
     if roofline is None:
         return ""
@@ -64,8 +65,8 @@ def _peaks(ctx: PlanningContext) -> str:
         floors += f", {roofline.compute_floor_ms:.3g} ms for arithmetic"
     return (
         f"Measured on this machine: {figure(roofline.peak_gbps)} GB/s memory bandwidth, {figure(roofline.peak_gflops)}"
-        f" GFLOP/s in {dtype}. One call of this task has {work}, so its floors are {floors}; a time far below them"
-        " is rejected as impossible."
+        f" GFLOP/s in {dtype}. One call of this task has {work}, so its floors are {floors}; a time below"
+        f" {margin:.0%} of the larger floor is rejected as impossible."
     )
 
 
