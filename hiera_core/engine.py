@@ -122,6 +122,8 @@ class Engine:
         self.contract = session.workload.contract(session.task, session.arch_kind)
         if not self.run.contract:
             self.contract = self.contract.without_binding()
+        describe_inputs = getattr(session.workload, "inputs", None)
+        self.inputs = describe_inputs(session.task, session.arch_kind) if describe_inputs else ""
         self.toolchain = session.arch.toolchain()
         self.history: list[tuple[Candidate, Evaluation]] = []
         self.recorded = store.evaluated()
@@ -225,6 +227,8 @@ class Engine:
             plans=[e.plan for e in self.store.events if isinstance(e, records.PlanMade)],
             allowed_spaces=self.session.allowed_spaces(),
             planning=self.run.planning,
+            inputs=self.inputs,
+            roofline=self.roofline,
         )
 
     def _plan(self, ctx: agents.PlanningContext) -> records.Plan | None:

@@ -97,6 +97,9 @@ class Workload(Protocol):
 
     # Optional: `baselines(task, arch) -> list[records.Baseline]`, implementations users compare against;
     # each run evaluates them once, before its initial candidate, and the report sets the best against each.
+    # Optional: `inputs(task, arch) -> str`, the task's inputs as a prompt states them: value ranges and
+    # distributions, what each argument really holds (random weights, not a uniform average), the sizes and seeds
+    # a candidate is checked and timed on; quoted under the task in every prompt (`PlanningContext.inputs`).
     # Optional: `failures() -> dict[str, str]`, the tasks of the selection that could not be loaded, each with
     # a one-line reason; `hiera contracts` and `hiera run --all-tasks` print them and go on with the rest.
 
@@ -109,8 +112,9 @@ class ImplementationSpace(Protocol):
     rank: ClassVar[int]
     """0 for the most controlled space (pure_cuda), increasing as the space widens."""
     description: ClassVar[str]
-    """What the space admits, in words a prompt can quote. Each architecture enforces it by `rank`
-    (`Architecture.check_source`, and in its own evaluators)."""
+    """What the space admits, in general words. Each architecture enforces it by `rank` (`Architecture.check_source`,
+    and in its own evaluators), and the prompts quote the architecture's own account of it where it gives one
+    (`Architecture.describe_space`)."""
 
 
 
@@ -140,6 +144,9 @@ class DirectionKnowledge:
     strategies: tuple[tuple[StrategyTemplate, ...], ...] = attrs.field(default=(), converter=_ranked)
     """The catalogue, one tuple per space rank, narrowest (rank 0) first, each most promising first; a rank
     with nothing of its own is an empty tuple."""
+    title: str = ""
+    """The direction's title on this kind, where the paper's (`Direction.title`) names hardware it lacks ("Thread
+    and core parallelism" for "Thread, warp and core parallelism" on a CPU); empty: the direction's own."""
 
     def strategies_for(self, rank: int) -> tuple[StrategyTemplate, ...]:
         """The strategies admissible in a space of `rank`: those of its own rank, then those of every narrower
@@ -277,7 +284,14 @@ class Architecture(Protocol):
     Optional: `preference: int` (default 0): `--arch auto` takes, of the architectures that can run here, the
     one with the highest preference; `kind: str` (default: its name): the kind of candidate it runs, which
     names the workload side (`Workload.contract(task, kind)`, ...) and the evaluators (`Evaluator.arch`) that
-    serve it, so a new architecture of an existing kind (another CPU, another compiler) needs neither."""
+    serve it, so a new architecture of an existing kind (another CPU, another compiler) needs neither.
+
+    Optional, for the prompts (`RunContext.hardware`, `RunContext.space_rules`), each called once per session:
+    `describe_hardware() -> str`: the hardware in words a model writes code for (model; cores and vector
+    extensions, or SMs and compute capability; caches; memory), from what the planning process can know (a
+    device it cannot see is described by what the configuration says); without it the prompts list `hardware()`.
+    `describe_space(rank) -> str`: what a space of `rank` admits on this architecture, in the terms its checks
+    enforce (`check_source` and its evaluators); without it the prompts quote the space's own description."""
 
     name: ClassVar[str]
     config_class: ClassVar[type | None]

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from hiera_core.records import Candidate, Contract, Evaluation, Plan, Task
+from hiera_core.records import Candidate, Contract, Evaluation, Plan, Roofline, Task
 
 
 @attrs.frozen(kw_only=True)
@@ -31,6 +31,10 @@ class PlanningContext:
     """The plans of earlier rounds, oldest first."""
     allowed_spaces: list[str]
     planning: bool
+    inputs: str = ""
+    """The workload's account of the task's inputs (`Workload.inputs`): ranges, distributions, checked sizes."""
+    roofline: Roofline | None = None
+    """The run's floors: this machine's measured peaks and the task's work, quoted in the Target section."""
 
 
 @attrs.frozen(kw_only=True)
