@@ -28,6 +28,13 @@ PROTOCOL_OF = {
 }
 
 
+OPTIONAL_METHODS = {
+    "architectures": ("describe_hardware", "describe_space"),
+    "workloads": ("inputs", "baselines", "failures"),
+}
+"""Members a plugin class may leave out; where it has one, it must be a method (the prompts and runs call it)."""
+
+
 def conformance_problems(pm: pluggy.PluginManager) -> list[str]:
     """One line per problem: a missing member, a method that is not callable, a bad class attribute, or knowledge
     of a direction on a registered architecture's kind that two plugins give, or that is not a DirectionKnowledge."""
@@ -41,6 +48,9 @@ def conformance_problems(pm: pluggy.PluginManager) -> list[str]:
                 if not hasattr(cls, member):
                     problems.append(f"{where}: missing `{member}`")
                 elif member in methods and not callable(value := getattr(cls, member)):
+                    problems.append(f"{where}: `{member}` must be a method, not {type(value).__name__} {value!r:.60}")
+            for member in OPTIONAL_METHODS.get(kind, ()):
+                if hasattr(cls, member) and not callable(value := getattr(cls, member)):
                     problems.append(f"{where}: `{member}` must be a method, not {type(value).__name__} {value!r:.60}")
             if not hasattr(cls, "config_class") and kind not in ("spaces", "directions", "searches"):
                 problems.append(f"{where}: missing `config_class` (None when it takes no configuration)")

@@ -1,8 +1,8 @@
 """hiera's minimal core: hook specifications, protocols, records, config, the engine and the CLI.
 
 Plugins import only the names exported here (and the records and protocols modules). A program embedding
-hiera calls `run`, `resume`, `evaluate` and `settings` (from `hiera_core.api`, loaded on first use) and
-catches `HieraError`.
+hiera calls `run`, `resume`, `replay`, `evaluate` and `settings` (from `hiera_core.api`, loaded on first use)
+and catches `HieraError`.
 """
 
 import pluggy
@@ -58,12 +58,13 @@ __all__ = [
     "__version__",
     "evaluate",
     "hookimpl",
+    "replay",
     "resume",
     "run",
     "settings",
 ]
 
-_API = ("evaluate", "resume", "run", "settings")
+_API = ("evaluate", "replay", "resume", "run", "settings")
 
 
 def __getattr__(name: str):

@@ -14,6 +14,12 @@ through the caller's own structlog/logging configuration. Nothing is kept betwee
 process, one after another or in threads, share no settings or plugins. Every error about the input is a
 `HieraError` (`ConfigError`, `UnknownName`, `PluginError`, `RunDirError`, `BackendError`) whose message is the
 line the command prints.
+
+Two ends of a run are not a result: `AwaitingAnswers` (the backend will answer later; `resume` continues the run
+once it has: the command's exit code 75) and `NoUsableAnswer` (the run finished, but no agent request got a usable
+answer, so nothing was searched: exit code 1). A backend that can answer nothing (`BackendUnusable`: a rejected
+key, an unknown model) stops the run at its first request (exit code 2). In every case what the run recorded stays
+in its directory.
 """
 
 from __future__ import annotations
@@ -29,10 +35,10 @@ import pluggy
 
 from hiera_core import records
 from hiera_core.config import HieraConfig, config_from_table, load_config
-from hiera_core.engine import Engine, create_run, evaluate_source, tables_in_use
+from hiera_core.engine import Engine, check_replayable, create_run, evaluate_source, tables_in_use
 from hiera_core.errors import HieraError
-from hiera_core.plugins import make_plugin_manager
-from hiera_core.protocols import StagePassed
+from hiera_core.plugins import PluginError, collect, make_plugin_manager
+from hiera_core.protocols import AnswerPending, BackendUnusable, StagePassed
 from hiera_core.report import CallCosts, agent_costs
 from hiera_core.session import Session
 from hiera_core.store import MANIFEST, RunStore
@@ -40,6 +46,26 @@ from hiera_core.store import MANIFEST, RunStore
 
 class SettingsError(HieraError, TypeError):
     """Settings given twice (a resolved `HieraConfig` and keywords)."""
+
+
+class AwaitingAnswers(HieraError):
+    """The run stopped to wait for answers its backend will have later (the `exchange` backend with
+    `when_waiting = "pause"`): its requests are posted, everything done so far is in `run_dir`, and `resume(run_dir)`
+    continues once they are answered, redoing nothing. The message says how many wait, where, and what to run."""
+
+    def __init__(self, message: str, *, run_dir: Path, waiting: int) -> None:
+        super().__init__(message)
+        self.run_dir, self.waiting = run_dir, waiting
+
+
+class NoUsableAnswer(HieraError):
+    """The run finished, but no request to its agents got a usable answer, so no round searched anything (the
+    service failed every call, or every answer was unusable): `result` is what it recorded (its best, if any, the
+    initial candidate). The message says why, from the last failed call."""
+
+    def __init__(self, message: str, *, result: RunResult) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 @attrs.frozen(kw_only=True)
@@ -142,9 +168,54 @@ def resume(run_dir: str | Path, *, plugins: Iterable[Any] = (), entry_points: bo
 
 def optimize(run_session: Session, store: RunStore) -> RunResult:
     """The loop for a session and its run directory (a new one, or one to resume)."""
-    with executing(run_session):
-        best = Engine(run_session, store).optimize()
-    return RunResult.read(store, best, run_session.notices)
+    try:
+        with executing(run_session):
+            best = Engine(run_session, store).optimize()
+    except AnswerPending as exc:
+        raise AwaitingAnswers(
+            f"run paused: {exc.waiting} request(s) wait for an answer {exc}; then `hiera resume {store.path}` continues the run",
+            run_dir=store.path, waiting=exc.waiting,
+        ) from None
+    except BackendUnusable as exc:
+        raise BackendUnusable(f"{exc}: no request can be answered, so the run stops (what it recorded is in {store.path})") from exc
+    result = RunResult.read(store, best, run_session.notices)
+    calls = [e for e in store.events if isinstance(e, records.AgentCalled)]
+    if calls and all(call.error is not None for call in calls):
+        raise NoUsableAnswer(
+            f"no agent request got a usable answer ({len(calls)} call(s) failed; the last: {calls[-1].error}), so nothing"
+            " was searched", result=result,
+        )
+    return result
+
+
+def replay(recorded: str | Path, *, plugins: Iterable[Any] = (), entry_points: bool = True, sets: Iterable[str] = (),
+           **run_keys: Any) -> RunResult:
+    """Run `recorded` again with its configuration, every agent request answered from its answer cache (no
+    model is called), into `run_dir` (a new `runs/<id>` when empty); `run_keys` and `sets` change the rest
+    as for `run`. The same candidates and decisions come back (`hiera run --replay`)."""
+    return run(replay_settings(recorded, plugins=plugins, entry_points=entry_points, sets=sets, **run_keys),
+               plugins=plugins, entry_points=entry_points)
+
+
+def replay_settings(recorded: str | Path, *, plugins: Iterable[Any] = (), entry_points: bool = True,
+                    sets: Iterable[str] = (), **run_keys: Any) -> HieraConfig:
+    """The configuration `replay` runs: the recorded run's, with the installed backend that `replays` answering
+    from `recorded` (one that is not usable any more is refused: `check_replayable`)."""
+    if "backend" in run_keys:
+        raise SettingsError("a replay is answered from the recorded run; it takes no backend")
+    store = RunStore.open(Path(recorded))
+    pm = _plugin_manager(plugins, entry_points)
+    backends = collect(pm, "backends")
+    replayers = [name for name in backends.names() if getattr(backends.get(name), "replays", False)]
+    if len(replayers) != 1:
+        raise PluginError(f"a replay needs one installed backend that replays recorded answers, found"
+                          f" {', '.join(replayers) or 'none'}")
+    check_replayable(store, pm)
+    table = {key: dict(value) if isinstance(value, dict) else value for key, value in store.manifest.config.items()}
+    table["run"] = {**table.get("run", {}), "backend": replayers[0], "run_dir": ""}
+    table["backend"] = {**table.get("backend", {}), replayers[0]: {"source": str(Path(recorded).resolve())}}
+    return config_from_table(tables_in_use(table, store, pm), source=f"{recorded}/{MANIFEST}", cli=run_keys,
+                             overrides=list(sets))
 
 
 @contextlib.contextmanager
@@ -187,5 +258,7 @@ def _plugin_manager(plugins: Iterable[Any], entry_points: bool) -> pluggy.Plugin
     return make_plugin_manager(autoload=entry_points, extra_plugins=list(plugins))
 
 
-__all__ = ["EvalResult", "RunResult", "SettingsError", "evaluate", "executing", "optimize", "resume", "run", "session",
-           "settings"]
+__all__ = [
+    "AwaitingAnswers", "EvalResult", "NoUsableAnswer", "RunResult", "SettingsError", "evaluate", "executing", "optimize",
+    "replay", "replay_settings", "resume", "run", "session", "settings",
+]

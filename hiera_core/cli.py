@@ -13,15 +13,14 @@ from typing import Any
 import attrs
 import structlog
 from rich.console import Console
+from rich.markup import escape
 
 from hiera_core import __version__, api, hookimpl
 from hiera_core.config import (
     PLUGIN_TABLES,
     HieraConfig,
-    config_from_table,
     structure,
 )
-from hiera_core.engine import check_replayable, tables_in_use
 from hiera_core.errors import HieraError
 from hiera_core.logging import configure_logging
 from hiera_core.plugins import PluginError, collect, describe_plugins, make_plugin_manager
@@ -33,6 +32,10 @@ from hiera_core.store import MANIFEST, RunStore, new_run_id
 from hiera_core.suite import find_runs, write_suite_report
 
 log = structlog.get_logger(__name__)
+
+
+EXIT_PAUSED = 75
+"""A run paused to wait for answers (`api.AwaitingAnswers`): sysexits' EX_TEMPFAIL, "try again later"."""
 
 
 class UsageError(HieraError):
@@ -135,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(highlight=False, soft_wrap=True)
     try:
         return args.handler(args, console)
+    except api.AwaitingAnswers as exc:
+        print(f"hiera: {exc}", file=sys.stderr)
+        return EXIT_PAUSED
+    except api.NoUsableAnswer as exc:
+        console.print(f"report: {exc.result.run_dir / 'report.md'}", markup=False)
+        print(f"hiera: error: {exc}", file=sys.stderr)
+        return 1
     except HieraError as exc:  # UsageError, ConfigError, UnknownName, PluginError, RunDirError, BackendError, ExecutorError
         print(f"hiera: error: {exc}", file=sys.stderr)
         return 2
@@ -177,13 +187,15 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
 def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Console) -> int:
     """Every task of the workload, one run directory each under the suite folder, as many at once as the executor
-    can keep busy (`Executor.concurrent_runs`; one after another without it); a task that fails is reported in one
-    line and the batch goes on."""
+    can keep busy (`Executor.concurrent_runs`; one after another without it); a task that fails or pauses (its
+    backend answers later) is reported in one line and the batch goes on: so a paused batch posts every task's
+    requests at once, and exits with EXIT_PAUSED unless a task failed."""
     if config.run.task:
         raise UsageError("--all-tasks runs every task of the workload; drop --task (or select tasks in its config)")
     session = api.session(config, plugins=args.plugins)
     root = Path(config.run.run_dir or Path("runs") / new_run_id())
     failed = dict(getattr(session.workload, "failures", dict)())
+    paused: list[str] = []
     tasks = session.workload.tasks()
     with api.executing(session):  # one cluster (or pool) for the whole suite
         at_once = min(len(tasks), getattr(session.executor, "concurrent_runs", lambda pipeline: 1)(session.pipeline))
@@ -206,6 +218,9 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
                 else:
                     run = attrs.evolve(config.run, task=task.name, run_dir=str(path))
                     _summary(api.run(attrs.evolve(config, run=run), plugins=plugins), console, prefix)
+            except api.AwaitingAnswers as exc:
+                paused.append(task.name)
+                console.print(f"{task.name}: {exc}", markup=False)
             except Exception as exc:  # noqa: BLE001 -- one task's failure must not stop the batch
                 failed[task.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 console.print(f"{task.name}: failed: {failed[task.name]}", markup=False)
@@ -220,6 +235,9 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
     runs = [p for p in sorted(root.iterdir()) if (p / MANIFEST).is_file()] if root.is_dir() else []
     if runs:
         console.print(f"suite report: {write_suite_report(runs, root)}", markup=False)
+    if paused and not failed:
+        print(f"hiera: {len(paused)} task(s) paused for answers; answer them, then run the same command again", file=sys.stderr)
+        return EXIT_PAUSED
     return 1 if failed or not runs else 0
 
 
@@ -241,18 +259,11 @@ def _concurrently(one, tasks: list, at_once: int, executor) -> None:
 
 
 def _replay_config(args: argparse.Namespace) -> HieraConfig:
-    """The recorded run's configuration, answered by the `replay` backend from its answer cache."""
+    """The recorded run's configuration, answered from its answer cache (`api.replay_settings`)."""
     if args.backend or args.model or args.base_url:
         raise UsageError("--replay answers from the recorded run; it takes no --backend, --model or --base-url")
-    store = RunStore.open(args.replay)
-    table = {key: dict(value) if isinstance(value, dict) else value for key, value in store.manifest.config.items()}
-    table["run"] = {**table.get("run", {}), "backend": "replay", "run_dir": ""}
-    table["backend"] = {**table.get("backend", {}), "replay": {"source": str(args.replay.resolve())}}
-    pm = make_plugin_manager(extra_plugins=args.plugins)
-    check_replayable(store, pm)
-    table = tables_in_use(table, store, pm)
     keys = {key: value for key, value in _cli_run_keys(args).items() if key != "backend"}
-    return config_from_table(table, source=f"{args.replay}/manifest.json", cli=keys, overrides=args.overrides)
+    return api.replay_settings(args.replay, plugins=args.plugins, sets=args.overrides, **keys)
 
 
 def _resume(args: argparse.Namespace, console: Console) -> int:
@@ -308,7 +319,7 @@ class Progress:
         scores = " ".join(f"{d}={s:.2f}" for d, s in plan.decision.scores.items())
         self.print(
             f"[bold]round {plan.round}[/]: space {plan.decision.space}, direction {plan.decision.direction}"
-            f" ({scores}), strategy {plan.strategy.name}"
+            f" ({scores}), strategy {_shown(plan.strategy.name)}"
         )
         if plan.decision.exhausted:
             self.print("  every direction scored 0: nothing left to try, the search stops here")
@@ -322,10 +333,15 @@ class Progress:
             self.best_ms = evaluation.latency_ms if self.best_ms is None else min(self.best_ms, evaluation.latency_ms)
         else:
             reason = (getattr(evaluation, "reason", "") or "").splitlines()[:1]
-            status = f"[red]{type(evaluation).__name__}[/] {reason[0][:80] if reason else ''}"
+            status = f"[red]{type(evaluation).__name__}[/] {_shown(reason[0][:80] if reason else '')}"
         where = "initial" if candidate.round == 0 else f"{self.count:>3}/{self.budget}"
         best = f"{self.best_ms:.3f} ms" if self.best_ms is not None else "-"
-        self.print(f"  {where} {candidate.id} {status}  best {best}  [dim]{candidate.origin}[/]")
+        self.print(f"  {where} {candidate.id} {status}  best {best}  [dim]{_shown(candidate.origin)}[/]")
+
+
+def _shown(text: str) -> str:
+    """A model's (or a compiler's) text on one console line, literally: no rich markup read in it."""
+    return escape(" ".join(text.split()))
 
 
 def _eval(args: argparse.Namespace, console: Console) -> int:

@@ -35,6 +35,12 @@ class RunContext:
     """What the architecture plugins know of each direction on this run's kind (`hiera_direction_knowledge`), by
     letter, an entry for every direction: one that no plugin knows of on this kind has texts that say so and no
     strategies (`hiera_core.plugins.direction_knowledge`)."""
+    hardware: str = ""
+    """The architecture's account of its hardware (`Architecture.describe_hardware`, else its `hardware()` listed),
+    quoted in the prompts' Target section; empty for a session that only builds."""
+    space_rules: Mapping[str, str] = attrs.field(factory=dict, converter=types.MappingProxyType)
+    """What each space admits on this architecture, by space name, in the terms its checks enforce
+    (`Architecture.describe_space(rank)`, else the space's own description): what the prompts quote of a space."""
     notices: tuple[str, ...] = ()
     """One-line messages for the user about how the run was set up (the architecture `auto` chose, a sandbox
     part this machine lacks)."""

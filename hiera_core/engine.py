@@ -23,7 +23,7 @@ from hiera_core import agents, records, sandbox
 from hiera_core.config import ConfigError
 from hiera_core.pipeline import SPACE_CHECK, Evaluated
 from hiera_core.plugins import PluginError, collect
-from hiera_core.protocols import EvalJob, NoSeed, StagePassed
+from hiera_core.protocols import AnswerPending, EvalJob, NoSeed, StagePassed
 from hiera_core.records import Candidate, Evaluation, Measured
 from hiera_core.report import write_report
 from hiera_core.serialization import evaluation_to_json
@@ -118,19 +118,28 @@ class Engine:
         self.contract = session.workload.contract(session.task, session.arch_kind)
         if not self.run.contract:
             self.contract = self.contract.without_binding()
+        describe_inputs = getattr(session.workload, "inputs", None)
+        self.inputs = describe_inputs(session.task, session.arch_kind) if describe_inputs else ""
         self.toolchain = session.arch.toolchain()
         self.history: list[tuple[Candidate, Evaluation]] = []
         self.recorded = store.evaluated()
         self.roofline: records.Roofline | None = None
-        self.agents = agents.Agents(session, run_dir=store.path, record=store.append)
+        self.round = 0
+        self.agents = agents.Agents(session, run_dir=store.path, record=store.append, recorded=store.events)
 
     # --- the loop --------------------------------------------------------------------------
 
     def optimize(self) -> Candidate | None:
-        """Run (or resume) the search to its end, holding the run directory against a second optimizer."""
+        """Run (or resume) the search to its end, holding the run directory against a second optimizer. When the
+        backend will answer later (AnswerPending), the pause is recorded and the exception passes on: everything
+        done so far is in the run directory, and resuming it goes on from there."""
         self.store.lock()
         try:
             return self._optimize()
+        except AnswerPending as exc:
+            log.info("run_paused", round=self.round, waiting=exc.waiting)
+            self.store.append(records.RunPaused(round=self.round, waiting=exc.waiting, reason=str(exc)))
+            raise
         finally:
             self.store.unlock()
 
@@ -144,6 +153,7 @@ class Engine:
 
         self._evaluate_round(0, self._generated(0, self._seed_batch))
         for round_ in range(1, self.run.rounds + 1):
+            self.round = round_
             structlog.contextvars.bind_contextvars(round=round_)
             ctx = self._context(round_)
             plan = self._plan(ctx) if self.agents.plans else None
@@ -211,6 +221,8 @@ class Engine:
             plans=[e.plan for e in self.store.events if isinstance(e, records.PlanMade)],
             allowed_spaces=self.session.allowed_spaces(),
             planning=self.run.planning,
+            inputs=self.inputs,
+            roofline=self.roofline,
         )
 
     def _plan(self, ctx: agents.PlanningContext) -> records.Plan | None:

@@ -22,6 +22,7 @@ import fcntl
 import importlib
 import json
 import os
+import re
 import resource
 import selectors
 import signal
@@ -59,6 +60,13 @@ from hiera_core.serialization import from_dict, to_dict
 
 READY = "hiera-judge-ready"
 """The line a judge prints once it has prepared everything that needs no device; it then waits for `go`."""
+RUNNER_LOG = "runner.log"
+"""The runner's stderr (the candidate's prints among it), in the judge's scratch directory."""
+STDERR_TAIL_LINES = 20
+STDERR_TAIL_CHARS = 2000
+"""How much of a crashed candidate's stderr its `Crashed` record keeps: lines, and characters in all."""
+STDERR_LINE_CHARS = 240
+_ESCAPES = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-_])")
 
 
 # --- hiera's side --------------------------------------------------------------------------------
@@ -118,7 +126,7 @@ def run_judge(
     if not lines:
         tail = [line for line in (workdir / "judge.log").read_text().splitlines() if line.strip()][-2:]
         return Crashed(reason=f"the judge gave no answer ({sandbox.describe_exit(box.process.returncode or 0)})"
-                              f"{': ' + ' | '.join(tail) if tail else ''}")
+                              f"{': ' + ' | '.join(tail) if tail else ''}", stderr_tail=stderr_tail(scratch / RUNNER_LOG))
     return from_dict(json.loads(lines[-1]), JudgeAnswer)
 
 
@@ -158,12 +166,47 @@ def harness_of(workload_factory: str, workload_config: dict[str, Any], task: Tas
     return workload_cls(config).harness(task, arch)
 
 
-class RunnerGone(Exception):
-    """The runner died, hung, or broke the protocol: the candidate crashed (or timed out)."""
+def stderr_tail(path: Path) -> str:
+    """The last lines a candidate's process wrote to `path` (its stderr), as a `Crashed` record keeps them: at
+    most `STDERR_TAIL_LINES` non-blank lines of `STDERR_LINE_CHARS` characters each and `STDERR_TAIL_CHARS` in
+    all, terminal escape sequences and other control characters dropped, undecodable bytes replaced; "" when
+    there is none. Only the end of the file is read, however much the candidate wrote."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 8 * STDERR_TAIL_CHARS))
+            data = handle.read()
+    except OSError:
+        return ""
+    text = _ESCAPES.sub("", data.decode(errors="replace")).replace("\r", "\n").replace("\t", "    ")
+    lines = ["".join(ch for ch in line if ch.isprintable()).rstrip() for line in text.split("\n")]
+    lines = [line if len(line) <= STDERR_LINE_CHARS else line[: STDERR_LINE_CHARS - 1] + "…" for line in lines if line.strip()]
+    kept: list[str] = []
+    for line in reversed(lines[-STDERR_TAIL_LINES:]):
+        if sum(len(k) + 1 for k in kept) + len(line) > STDERR_TAIL_CHARS:
+            break
+        kept.insert(0, line)
+    return "\n".join(kept)
 
-    def __init__(self, reason: str, *, timed_out: bool = False) -> None:
+
+def describe_call(case: dict[str, Any], seed: int, distribution: str) -> str:
+    """One call of a check as a `Crashed` record names it: `odd (n=37), seed 2, spiky inputs` (the case's label,
+    its scalar fields the label does not already say, the seed, the distribution)."""
+    label = str(case.get("label", "case"))
+    sizes = [f"{k}={v}" for k, v in case.items()
+             if k not in ("label", "first_seed_only") and isinstance(v, (int, float, str)) and f"{k}={v}" not in label]
+    shown = f"{label} ({', '.join(sizes)})" if sizes else label
+    return f"{shown}, seed {seed}, {distribution} inputs"
+
+
+class RunnerGone(Exception):
+    """The runner died, hung, or broke the protocol: the candidate crashed (or timed out). `signal` names the
+    signal that killed it, when one did."""
+
+    def __init__(self, reason: str, *, timed_out: bool = False, signal: str = "") -> None:
         super().__init__(reason)
         self.timed_out = timed_out
+        self.signal = signal
 
 
 def read_request() -> JudgeRequest:
@@ -194,7 +237,7 @@ class Runner:
             if rlimit_data_bytes:
                 resource.setrlimit(resource.RLIMIT_DATA, (rlimit_data_bytes, rlimit_data_bytes))
 
-        self.log = open(scratch / "runner.log", "w")
+        self.log = open(scratch / RUNNER_LOG, "w")
         self.process = subprocess.Popen(
             sandbox.runner_command([sys.executable, "-m", module, *args]), cwd=scratch, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self.log, pass_fds=tuple(pass_fds), preexec_fn=limits,
@@ -214,7 +257,7 @@ class Runner:
             self.process.stdin.write(line)
             self.process.stdin.flush()
         except BrokenPipeError:
-            raise RunnerGone(self._gone("before the order")) from None
+            raise self._gone("before the order") from None
         reply = self._reply(timeout_s)
         wall_ms = (time.perf_counter() - started) * 1e3
         self._signal(signal.SIGSTOP)
@@ -233,19 +276,22 @@ class Runner:
             raise RunnerGone(f"no reply within {timeout_s:.0f} s", timed_out=True)
         text = self.process.stdout.readline()
         if not text:
-            raise RunnerGone(self._gone("without a reply"))
+            raise self._gone("without a reply")
         try:
             return from_dict(json.loads(text), Reply)
         except Exception:  # noqa: BLE001 -- whatever the candidate wrote, it is not a reply
             raise RunnerGone(f"the candidate's process broke the protocol: {text[:120]!r}") from None
 
-    def _gone(self, when: str) -> str:
+    def _gone(self, when: str) -> RunnerGone:
         try:
             code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            return f"the runner closed its channel {when}"
-        tail = [line for line in Path(self.log.name).read_text(errors="replace").splitlines() if line.strip()][-2:]
-        return f"{sandbox.describe_exit(code)} {when}{': ' + ' | '.join(tail) if tail else ''}"
+            return RunnerGone(f"the runner closed its channel {when}")
+        return RunnerGone(f"{sandbox.describe_exit(code)} {when}", signal=signal.Signals(-code).name if code < 0 else "")
+
+    def crashed(self, reason: str, *, case: str = "", signal: str = "") -> Crashed:
+        """The record of the candidate's crash in `case` (a `describe_call`), with the tail of its stderr."""
+        return Crashed(reason=reason, case=case, signal=signal, stderr_tail=stderr_tail(Path(self.log.name)))
 
     def _signal(self, signum: int) -> None:
         """Signal every process of the candidate's (all but the judge, in a sandbox of their own)."""
@@ -280,7 +326,7 @@ def load(runner: Runner, request: JudgeRequest, *, timeout_s: float) -> Crashed 
                                     task=request.task, library=request.library), timeout_s=timeout_s)
     if isinstance(reply, Loaded):
         return None
-    return Crashed(reason=f"loading the candidate failed: {getattr(reply, 'reason', reply)}")
+    return runner.crashed(f"loading the candidate failed: {getattr(reply, 'reason', reply)}")
 
 
 class Wrong(Exception):

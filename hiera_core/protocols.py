@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import attrs
 
 from hiera_core.errors import HieraError
-from hiera_core.records import Candidate, Contract, Evaluation, Measured, Profile, Roofline, Task
+from hiera_core.records import Candidate, Contract, Evaluation, Measured, Profile, Roofline, SourceLabel, Task
 
 
 class UnsupportedArchitecture(LookupError):
@@ -97,6 +97,9 @@ class Workload(Protocol):
 
     # Optional: `baselines(task, arch) -> list[records.Baseline]`, implementations users compare against;
     # each run evaluates them once, before its initial candidate, and the report sets the best against each.
+    # Optional: `inputs(task, arch) -> str`, the task's inputs as a prompt states them: value ranges and
+    # distributions, what each argument really holds (random weights, not a uniform average), the sizes and seeds
+    # a candidate is checked and timed on; quoted under the task in every prompt (`PlanningContext.inputs`).
     # Optional: `failures() -> dict[str, str]`, the tasks of the selection that could not be loaded, each with
     # a one-line reason; `hiera contracts` and `hiera run --all-tasks` print them and go on with the rest.
 
@@ -109,8 +112,9 @@ class ImplementationSpace(Protocol):
     rank: ClassVar[int]
     """0 for the most controlled space (pure_cuda), increasing as the space widens."""
     description: ClassVar[str]
-    """What the space admits, in words a prompt can quote. Each architecture enforces it by `rank`
-    (`Architecture.check_source`, and in its own evaluators)."""
+    """What the space admits, in general words. Each architecture enforces it by `rank` (`Architecture.check_source`,
+    and in its own evaluators), and the prompts quote the architecture's own account of it where it gives one
+    (`Architecture.describe_space`)."""
 
 
 
@@ -140,6 +144,9 @@ class DirectionKnowledge:
     strategies: tuple[tuple[StrategyTemplate, ...], ...] = attrs.field(default=(), converter=_ranked)
     """The catalogue, one tuple per space rank, narrowest (rank 0) first, each most promising first; a rank
     with nothing of its own is an empty tuple."""
+    title: str = ""
+    """The direction's title on this kind, where the paper's (`Direction.title`) names hardware it lacks ("Thread
+    and core parallelism" for "Thread, warp and core parallelism" on a CPU); empty: the direction's own."""
 
     def strategies_for(self, rank: int) -> tuple[StrategyTemplate, ...]:
         """The strategies admissible in a space of `rank`: those of its own rank, then those of every narrower
@@ -181,7 +188,8 @@ class AgentRequest:
     prompt: str
     """The full text a language model receives (system and user parts joined)."""
     context: Mapping[str, Any]
-    """Structured context for rule-based backends (task, space options, parent, profile, history)."""
+    """Structured context for rule-based backends (task, space options, parent, profile, history; for an OA
+    request that asks to fix a failed candidate, `repair`: that candidate, else None)."""
     round: int = 0
     """The round the request belongs to."""
     sample: int = 0
@@ -204,12 +212,36 @@ class AgentAnswer:
     """What the call cost, from the backend's price table; None when no price is known."""
     truncated: bool = False
     """The model stopped at its output-token limit, so the answer is probably cut off."""
+    labels: list[SourceLabel] = attrs.field(factory=list)
+    """For a backend whose own code wrote the sources (rules, a script), never a model: per OA candidate
+    of `text`, in order, the origin, parameters and parent hiera records. Nothing of these is ever read
+    from `text`: the schema of an OA answer owns only each candidate's `source`."""
 
 
 class BackendError(HieraError):
     """A backend could not answer one request (the service failed after the backend's own retries, no
     recorded answer, no answer file in time). The agent layer records the reason and asks again within
     its attempts; the message must never contain a secret."""
+
+
+class BackendUnusable(BackendError):
+    """A backend can answer no request of this run, so asking again cannot help (the service rejects the key,
+    does not know the model, or has no such endpoint: an HTTP 401, 403 or 404). The agent layer records the call
+    with this reason and the run stops at once with it, in one line; what the run recorded so far stays. The
+    message must never contain a secret."""
+
+
+class AnswerPending(BackendError):
+    """A backend has posted a request whose answer will come later (from a person, or an agent on another
+    machine) and the run should not wait for it. The agent layer lets the requests that could go out at the same
+    time be posted too, then the run stops, its records kept, and the caller learns that it waits
+    (`hiera_core.api.AwaitingAnswers`); resuming the run asks the same requests again, which the backend then
+    answers from what arrived meanwhile. The message says where the requests wait and how to answer them, in words
+    that hold for all of them (it is shown once, after "N request(s) wait for an answer"); `waiting` is how many."""
+
+    def __init__(self, message: str, *, waiting: int = 1) -> None:
+        super().__init__(message)
+        self.waiting = waiting
 
 
 @runtime_checkable
@@ -222,11 +254,16 @@ class LLMBackend(Protocol):
     - `parallel_requests: int`: how many requests may be in flight at once (`answer` is then called
       from that many threads and must be thread-safe);
     - `candidates_per_request: int | None`: how many sources one OA request asks for (a model: 1, so
-      the K requests go in parallel); None asks for all K in one request.
+      the K requests go in parallel); None asks for all K in one request;
+    - `repairs: bool` (default True): whether an OA request may ask it to fix a failed candidate (a search
+      makes one of a round's K requests a repair when the strategy whose candidate failed still stands); a
+      rule-based backend that cannot read a source sets False.
 
     A rule-based backend sets `searches: tuple[str, ...]`, the search strategies whose requests it can
-    answer; without it, any (a model answers whatever it is asked). It is constructed as
-    `cls(config, context)`, with the run's read-only `hiera_core.context.RunContext`.
+    answer; without it, any (a model answers whatever it is asked). A backend that answers from a recorded
+    run's answer cache sets `replays = True` and has a config field `source` (the recorded run directory):
+    `hiera run --replay` and `hiera_core.replay` select it. It is constructed as `cls(config, context)`, with
+    the run's read-only `hiera_core.context.RunContext`.
     """
 
     name: ClassVar[str]
@@ -234,8 +271,9 @@ class LLMBackend(Protocol):
 
     def answer(self, request: AgentRequest) -> AgentAnswer:
         """Return the answer to one request, or raise BackendError saying why there is none (the request is
-        asked again). Any other exception is a bug and stops the run. Called by the agent layer for every
-        request its run's answer cache does not already hold."""
+        asked again); BackendUnusable when no request can be answered (the run stops), AnswerPending when the
+        answer will come later (the run pauses). Any other exception is a bug and stops the run. Called by the
+        agent layer for every request its run's answer cache does not already hold."""
         ...
 
 
@@ -249,7 +287,14 @@ class Architecture(Protocol):
     serve it, so a new architecture of an existing kind (another CPU, another compiler) needs neither;
     `accelerator: str | None` (default None): the device its `holds_device` stages occupy, one per candidate
     (`"GPU"` for cuda), so that an executor spreading work over machines sends those stages to a worker holding
-    one; None: they need only the machine's CPUs."""
+    one; None: they need only the machine's CPUs.
+
+    Optional, for the prompts (`RunContext.hardware`, `RunContext.space_rules`), each called once per session:
+    `describe_hardware() -> str`: the hardware in words a model writes code for (model; cores and vector
+    extensions, or SMs and compute capability; caches; memory), from what the planning process can know (a
+    device it cannot see is described by what the configuration says); without it the prompts list `hardware()`.
+    `describe_space(rank) -> str`: what a space of `rank` admits on this architecture, in the terms its checks
+    enforce (`check_source` and its evaluators); without it the prompts quote the space's own description."""
 
     name: ClassVar[str]
     config_class: ClassVar[type | None]

@@ -137,6 +137,14 @@ class Crashed:
     """The candidate's process died (signal, abort, uncaught error)."""
 
     reason: str
+    case: str = ""
+    """The call it died in, as the judge describes it: the case with its sizes, the seed and the input
+    distribution (`odd (n=37), seed 2, spiky inputs`); empty when it died outside a call."""
+    signal: str = ""
+    """The signal that ended the candidate's process (`SIGSEGV`); empty when it ended otherwise."""
+    stderr_tail: str = ""
+    """The last lines the candidate's process wrote to stderr, bounded and reduced to printable text
+    (`hiera_core.judging.stderr_tail`); what it wrote is the candidate's, untrusted."""
 
 
 @attrs.frozen(kw_only=True)
@@ -144,6 +152,9 @@ class TimedOut:
     """The candidate's process exceeded its time limit and was killed."""
 
     limit_s: float
+    case: str = ""
+    """The call it was in when one call's time limit ran out, as the judge describes it (see `Crashed.case`);
+    empty when the evaluation as a whole ran out of time."""
 
 
 @attrs.frozen(kw_only=True)
@@ -398,6 +409,17 @@ class AgentCalled:
 
 
 @attrs.frozen(kw_only=True)
+class SourceLabel:
+    """What a backend's own code (never a model's text) says of one candidate source it wrote: a rule-based
+    backend that renders workload templates knows the template, its parameters and the parent it moved from.
+    Each field left empty is hiera's own: the backend and model, no parameters, the source the request showed."""
+
+    origin: str = ""
+    params: dict[str, Any] = attrs.field(factory=dict)
+    parent_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class RecordedAnswer:
     """One file of a run's answer cache, `cache/llm/<key>.json`: a request and the answer it got."""
 
@@ -415,11 +437,25 @@ class RecordedAnswer:
     model: str = ""
     cost_usd: float | None = None
     truncated: bool = False
+    labels: list[SourceLabel] = attrs.field(factory=list)
+
+
+@attrs.frozen(kw_only=True)
+class RunPaused:
+    """The run stopped to wait for answers its backend will have later (`AnswerPending`); `hiera resume` continues
+    it from here, answering from what arrived meanwhile."""
+
+    round: int
+    """The round whose requests wait (0: before the first)."""
+    waiting: int
+    """How many requests were left waiting."""
+    reason: str
+    """The backend's word on where they wait and how to answer them."""
 
 
 Event = (
     RunStarted | BaselineEvaluated | PlanMade | CandidatesGenerated | CandidateEvaluated | RoundFinished | RunFinished
-    | AgentCalled
+    | AgentCalled | RunPaused
 )
 """One line of `trajectory.jsonl`."""
 

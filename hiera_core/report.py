@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -177,8 +178,24 @@ def _costs_section(events: list[records.Event]) -> list[str]:
         )
     models = sorted({f"{e.model} ({e.backend})" if e.model else e.backend for e in events if isinstance(e, records.AgentCalled)})
     if models:
-        lines += ["", f"Answered by: {', '.join(models)}. Money comes from the `prices` table of the backend's configuration."]
+        lines += ["", f"Answered by: {inline(', '.join(models))}. Money comes from the `prices` table of the backend's configuration."]
     return lines
+
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*\[\]<>|&])")
+"""What Markdown or HTML would read in running text: `_` is left alone (C and kebab names are full of it,
+and an intraword `_` emphasises nothing), as are `#` and `-` (never at the start of the line here)."""
+
+
+def inline(text: str | None, *, limit: int | None = None) -> str:
+    """`text` (a model's strategy name, an error quoting its answer, a compiler's line) as one line of
+    Markdown that shows it literally: whitespace runs and newlines become one space, and every character
+    Markdown or HTML would read (`|` of a table, backticks, `*`, `[`, `<`, `&`) is escaped. Cut to
+    `limit` characters before escaping, so that an escape is never cut in half."""
+    flat = " ".join((text or "").split())
+    if limit is not None and len(flat) > limit:
+        flat = flat[: limit - 1] + "…"
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", flat)
 
 
 def _ms(value: float | None) -> str:
@@ -217,7 +234,7 @@ def write_report(store: RunStore) -> Path:
     else:
         b = best.evaluation
         lines.append(
-            f"- best: candidate `{best.candidate.id}` (round {best.candidate.round}, {best.candidate.origin or best.candidate.strategy})"
+            f"- best: candidate `{best.candidate.id}` (round {best.candidate.round}, {inline(best.candidate.origin or best.candidate.strategy)})"
             f" — **{b.latency_ms:.3f} ms** (p10 {b.latency_p10_ms:.3f}, p90 {b.latency_p90_ms:.3f}, {b.repeats} timed calls)"
         )
         steps = manifest.task.params.get("steps", 1)
@@ -257,10 +274,10 @@ def write_report(store: RunStore) -> Path:
     ]
     for row in rows:
         lines.append(
-            f"| {row.round} | {row.space} | {row.direction} | {row.strategy} | {row.valid} / {row.total} |"
+            f"| {row.round} | {row.space} | {row.direction} | {inline(row.strategy)} | {row.valid} / {row.total} |"
             f" {_ms(row.round_best_ms)} | {_ms(row.best_so_far_ms)} |"
         )
-    notes = [f"- round {row.round}: {note}" for row in rows for note in row.notes]
+    notes = [f"- round {row.round}: {inline(note)}" for row in rows for note in row.notes]
     if notes:
         lines += ["", *notes]
 
@@ -289,7 +306,7 @@ def write_report(store: RunStore) -> Path:
         outcome = f"{ev.latency_ms:.3f} ms" if isinstance(ev, Measured) else f"{type(ev).__name__}: {_reason(ev)}"
         lines.append(
             f"| `{e.candidate.id}` | {e.candidate.round} | {e.candidate.space} | {e.candidate.direction or '-'} |"
-            f" {e.candidate.origin or '-'} | {outcome} |"
+            f" {inline(e.candidate.origin) or '-'} | {outcome} |"
         )
     plot = _plot(store.path, rows, evaluated, roofline, baselines)
     if plot is not None:
@@ -327,7 +344,7 @@ def _reason(evaluation: records.Evaluation) -> str:
     if isinstance(evaluation, records.TimedOut):
         text = f"killed after {evaluation.limit_s:.0f} s"
     first = text.strip().splitlines()[0] if text.strip() else ""
-    return first.replace("|", "\\|")[:120]
+    return inline(first, limit=120)
 
 
 def _plot(

@@ -114,7 +114,8 @@ class Session:
             registries["directions"].names(), key=lambda n: (getattr(registries["directions"].get(n), "order", 100), n))}
         context = RunContext(run=run, workload=workload, task=task, arch=arch_name, kind=getattr(arch, "kind", arch_name),
                              spaces=tuple(spaces), directions=directions, notices=tuple(notices),
-                             knowledge=direction_knowledge(pm, directions, kind))
+                             knowledge=direction_knowledge(pm, directions, kind),
+                             hardware=_hardware_text(arch, device), space_rules=_space_rules(arch, spaces))
         session = cls(
             pm=pm,
             config=config,
@@ -160,6 +161,21 @@ class Session:
             if section:
                 out[table] = section
         return out
+
+
+def _hardware_text(arch: Architecture, device: bool) -> str:
+    """What the prompts say of the hardware: the architecture's own account, else its `hardware()` listed (not
+    asked of a session that only builds, whose device may be missing)."""
+    describe = getattr(arch, "describe_hardware", None)
+    if describe is not None:
+        return describe()
+    return "; ".join(f"{key}: {value}" for key, value in arch.hardware().items()) if device else ""
+
+
+def _space_rules(arch: Architecture, spaces: list[ImplementationSpace]) -> dict[str, str]:
+    """What each space admits on this architecture: its account by rank, else the space's own description."""
+    describe = getattr(arch, "describe_space", None)
+    return {space.name: describe(space.rank) if describe else space.description for space in spaces}
 
 
 def _structure_plugin_tables(config: HieraConfig, registries: dict[str, Registry]) -> dict[str, dict[str, Any]]:

@@ -34,3 +34,11 @@ def violation(source: str, rules: Sequence[SourceRule], rank: int) -> str | None
             line = code[: match.start()].count("\n") + 1
             return f"uses {rule.what} (`{match.group(0).strip()}`, line {line}), which this space does not admit"
     return None
+
+
+def admitted(rules: Sequence[SourceRule], rank: int) -> tuple[list[str], list[str]]:
+    """(what a space of `rank` admits, what its source check rejects): the rules' `what`, each once, in the
+    rules' order; for an architecture's description of a space in the terms its check enforces."""
+    yes = list(dict.fromkeys(rule.what for rule in rules if rank >= rule.admitted_from))
+    no = [what for what in dict.fromkeys(rule.what for rule in rules if rank < rule.admitted_from) if what not in yes]
+    return yes, no

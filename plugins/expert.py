@@ -14,6 +14,7 @@ the direction's); parents far slower than the best come last.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
@@ -22,7 +23,7 @@ import attrs
 
 from hiera_core import AgentAnswer, AgentRequest, Template, hookimpl
 from hiera_core.context import RunContext
-from hiera_core.records import Candidate, Measured
+from hiera_core.records import Candidate, Measured, SourceLabel
 
 
 @attrs.frozen(kw_only=True)
@@ -43,13 +44,21 @@ class ExpertBackend:
     config_class: ClassVar[type] = ExpertConfig
     searches: ClassVar[tuple[str, ...]] = ("hiera",)
     """It answers HIERA's own roles only: the baselines need a model."""
+    repairs: ClassVar[bool] = False
+    """Its rules move template knobs; they cannot fix a failed source, so none is asked for."""
 
     def __init__(self, config: ExpertConfig, context: RunContext) -> None:
         self.config = config
         self.context = context
 
     def answer(self, request: AgentRequest) -> AgentAnswer:
-        handler = {"ssda": self.select_space, "spa": self.plan_strategy, "oa": self.generate_candidates}[request.role]
+        if request.role == "oa":
+            written = self.generate_candidates(request.context)
+            return AgentAnswer(
+                text=json.dumps({"candidates": [{"source": template.render(params)} for template, params, _ in written]}),
+                labels=[SourceLabel(origin=template.describe(params), params=params, parent_id=parent) for template, params, parent in written],
+            )
+        handler = {"ssda": self.select_space, "spa": self.plan_strategy}[request.role]
         return AgentAnswer(text=json.dumps(handler(request.context)))
 
     # --- the three roles ---------------------------------------------------------------------
@@ -117,7 +126,9 @@ class ExpertBackend:
                     or known.strategies_for(self.context.space(decision.space).rank))[0]
         return {"name": strategy.name, "steps": list(strategy.steps), "constraints": list(strategy.constraints)}
 
-    def generate_candidates(self, ctx: Mapping[str, Any]) -> dict[str, Any]:
+    def generate_candidates(self, ctx: Mapping[str, Any]) -> list[tuple[Template, dict[str, Any], str | None]]:
+        """Up to K moves: (template, its parameters, the parent's id), each rendered as one candidate. The
+        answer's text holds only the sources; what hiera records of them travels as the answer's labels."""
         strategy = ctx["strategy"]
         if strategy is None:  # --no-planning: every direction, round robin, in the widest space
             space = ctx["allowed_spaces"][-1]
@@ -125,14 +136,7 @@ class ExpertBackend:
             moves = _round_robin(streams)
         else:
             moves = self._moves(ctx, strategy.direction, strategy.space)
-        candidates = []
-        for template, params, parent in moves:
-            candidates.append(
-                {"source": template.render(params), "params": params, "origin": template.describe(params), "parent_id": parent}
-            )
-            if len(candidates) == ctx["k"]:
-                break
-        return {"candidates": candidates}
+        return list(itertools.islice(moves, ctx["k"]))
 
     # --- moves -------------------------------------------------------------------------------
 

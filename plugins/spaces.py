@@ -2,7 +2,9 @@
 
 A space admits everything of a smaller rank. What that means in a source, a binary or a run is the
 architecture's to enforce (`Architecture.check_source`, and its own evaluators), by rank: a third
-party's space of any rank is checked the same way.
+party's space of any rank is checked the same way. The descriptions here are the paper's, for a GPU; the
+prompts quote each architecture's own account of a space (`Architecture.describe_space`), so C on a CPU
+reads what the host's checks admit.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ class PureCuda:
     config_class: ClassVar[type | None] = None
     description: ClassVar[str] = (
         "Custom kernels only: the candidate implements every computation itself. No vendor libraries"
-        " (cuBLAS, cuDNN, cuFFT, CUTLASS; on the host: OpenMP, BLAS, pthreads) and no PyTorch operators"
-        " beyond allocating tensors."
+        " (cuBLAS, cuDNN, cuFFT, CUTLASS) and no PyTorch operators beyond allocating tensors."
     )
 
     def __init__(self, config: None) -> None:
@@ -31,7 +32,7 @@ class CudaLibraries:
     rank: ClassVar[int] = 1
     config_class: ClassVar[type | None] = None
     description: ClassVar[str] = (
-        "Custom kernels plus vendor libraries: cuBLAS, cuDNN, cuFFT, CUTLASS (on the host: OpenMP and BLAS)."
+        "Custom kernels plus vendor libraries: cuBLAS, cuDNN, cuFFT, CUTLASS."
         " No PyTorch operators beyond allocating tensors."
     )
 

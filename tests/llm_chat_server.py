@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -132,3 +133,21 @@ class ChatServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+    def __enter__(self) -> ChatServer:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+def answered_run(hiera, folder: Path, respond: Callable[[Call], Reply], config: str, *, key: str, key_var: str):
+    """(the server, the finished `hiera --run-dir run`) of a run in `folder` configured by `config` (its
+    `{url}` the server's), every request answered by `respond` through a server that accepts `key`,
+    which the run reads from `key_var`."""
+    server = ChatServer(respond, key=key).start()
+    try:
+        (folder / "hiera.toml").write_text(config.replace("{url}", server.url))
+        return server, hiera("--run-dir", "run", env={key_var: key})
+    finally:
+        server.stop()

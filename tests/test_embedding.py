@@ -34,7 +34,8 @@ def test_the_documented_example_runs_as_written(tmp_path):
     lines = [line for line in done.stdout.splitlines() if not re.match(r"^\d{4}-\d\d-\d\d ", line)]  # structlog's default
     found = re.match(r"best [0-9a-f]{16}: [0-9.]+ ms, [0-9.]+x numpy; (\d+) candidates, 2 plans; report .*report.md$", lines[0])
     assert found, lines
-    assert lines[1:] == [f"watched {found.group(1)} evaluations", "a wrong candidate: Incorrect",
+    assert lines[1:] == [f"watched {found.group(1)} evaluations", "replayed from its recorded answers: the same candidates",
+                         "a wrong candidate: Incorrect",
                          "refused: settings: [run]: rounds: expected an integer, got 2.5 (a float)"]
 
 

@@ -129,7 +129,7 @@ def test_prompts_quote_the_contract_the_plugins_knowledge_and_the_profile_and_oa
     knowledge = session.context.knowledge  # the host architecture's, for C on a CPU
     assert all(knowledge[d].rubric in first for d in session.directions)
     assert "branch_free_fraction" in first and "smsp__" not in first and "shared memory" not in first
-    assert all(s.description in first for s in session.spaces)
+    assert all(session.context.space_rules[s.name] in first for s in session.spaces)
     seed = engine.history[0][0]
     assert seed.source.strip() in first
     assert "metrics (host-timer), by unit:" in first and "- P: parallel_utilization" in first and "top findings:" in first

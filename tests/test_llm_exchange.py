@@ -3,13 +3,18 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
+import pytest
 from conftest import HIERA
+
+import hiera_core
 
 from hiera_core import records
 from hiera_core.store import RunStore
+from hiera_plugins.llm.exchange import ExchangeFolder
 from hiera_workloads.stencil2d.host import HostStencilTemplate
 
 TEMPLATE = HostStencilTemplate()
@@ -76,3 +81,94 @@ def test_answering_an_unknown_request_is_one_line_with_the_waiting_ones(hiera, t
     done = hiera("exchange", "answer", "r9-ssda-a1-deadbeef", "a.txt", "--dir", "ex")
     assert done.returncode == 2
     assert done.stderr.strip() == "hiera: error: no request 'r9-ssda-a1-deadbeef' is waiting in ex (waiting: none)"
+
+
+PAUSED_RUN = ["--workload", "stencil2d", "--arch", "host", "--rounds", "2", "--population", "2", "--backend", "exchange",
+              "--run-dir", "run", "--no-remeasure", "--set", "workload.stencil2d.host_n=48", "--set", "backend.exchange.dir=ex",
+              "--set", 'backend.exchange.when_waiting="pause"']
+ROUND_SOURCES = {1: SOURCES, 2: [TEMPLATE.render({**TEMPLATE.defaults(), **knobs}) for knobs in ({"unroll": 2}, {"block_cols": 256})]}
+
+
+def answer_elsewhere(folder) -> list[dict]:
+    """What an agent on another machine does with a carried exchange folder: read each waiting request (its
+    `.json` and `.prompt.md`) and write its answer to `answers/<id>.txt` whole (a temporary name, then a rename).
+    Round 1's first OA request is answered unusably once, so that its re-asking also goes through a pause."""
+    answered = []
+    for meta_path in sorted((folder / "requests").glob("*.json")):
+        meta = json.loads(meta_path.read_text())
+        assert "# Contract" in (folder / "requests" / f"{meta['id']}.prompt.md").read_text()
+        if meta["role"] == "oa":
+            unusable = (meta["round"], meta["sample"], meta["attempt"]) == (1, 0, 1)
+            text = "I would unroll it." if unusable else f"```c\n{ROUND_SOURCES[meta['round']][meta['sample']]}```"
+        else:
+            text = ANSWERS[meta["role"]]
+        (folder / "answers").mkdir(exist_ok=True)
+        (folder / "answers" / f".{meta['id']}.tmp").write_text(text)
+        os.replace(folder / "answers" / f".{meta['id']}.tmp", folder / "answers" / f"{meta['id']}.txt")
+        answered.append(meta)
+    return answered
+
+
+def test_a_paused_run_is_driven_to_its_end_by_answers_carried_between_resumes(tmp_path, hiera):
+    run = (tmp_path / "run").resolve()
+    done = hiera(*PAUSED_RUN)
+    again = hiera("resume", "run")  # resumed before anything was answered: it pauses again, posting nothing new
+    assert again.returncode == 75 and again.stderr == done.stderr, again.stderr
+    pauses, answered = [], []
+    while done.returncode == 75 and len(pauses) < 12:
+        line = done.stderr.strip().splitlines()[-1]  # after the warning logged for an unusable answer, if any
+        assert line.startswith("hiera: run paused: ") and "`hiera exchange pending --dir ex`" in line
+        assert line.endswith(f"then `hiera resume {run}` continues the run")
+        pauses.append(line)
+        elsewhere = tmp_path / "elsewhere" / str(len(pauses)) / "ex"  # carried there, answered, carried back
+        shutil.copytree(tmp_path / "ex" / "requests", elsewhere / "requests")
+        batch = answer_elsewhere(elsewhere)
+        assert {m["id"] for m in batch}.isdisjoint(m["id"] for m in answered)  # nothing is asked twice
+        answered += batch
+        shutil.copytree(elsewhere / "answers", tmp_path / "ex" / "answers", dirs_exist_ok=True)
+        done = hiera("resume", "run")
+    assert done.returncode == 0, done.stderr
+    assert "best " in done.stdout
+
+    # three pauses a round (SSDA, SPA, then the round's two OA requests together), one more for the re-asked answer
+    waits = [(m["round"], m["role"], m["sample"], m["attempt"]) for m in answered]
+    assert waits == [(1, "ssda", 0, 1), (1, "spa", 0, 1), (1, "oa", 0, 1), (1, "oa", 1, 1), (1, "oa", 0, 2),
+                     (2, "ssda", 0, 1), (2, "spa", 0, 1), (2, "oa", 0, 1), (2, "oa", 1, 1)]
+    assert [p.split(" request(s)")[0] for p in pauses] == ["hiera: run paused: " + n for n in "1121112"]
+    events = RunStore.open(run).events
+    assert [(e.round, e.waiting) for e in events if isinstance(e, records.RunPaused)] == [
+        (1, 1), (1, 1), (1, 1), (1, 2), (1, 1), (2, 1), (2, 1), (2, 2)]
+
+    # nothing was done twice: every candidate evaluated once, every round generated and finished once
+    evaluated = [e.candidate.id for e in events if isinstance(e, records.CandidateEvaluated)]
+    assert len(evaluated) == len(set(evaluated)) == 5
+    assert [e.round for e in events if isinstance(e, records.CandidatesGenerated)] == [0, 1, 2]
+    assert [e.round for e in events if isinstance(e, records.RoundFinished)] == [0, 1, 2]
+    assert [e.plan.round for e in events if isinstance(e, records.PlanMade)] == [1, 2]
+    # each answer taken and recorded once: a later resume answers it from the run's cache without recording it again
+    calls = [c for c in events if isinstance(c, records.AgentCalled)]
+    assert sorted((c.round, c.role, c.sample, c.attempt) for c in calls) == sorted(waits) and not any(c.cached for c in calls)
+    assert [c.error is None for c in calls].count(False) == 1  # the one unusable answer, counted once
+    batches = {e.round: e for e in events if isinstance(e, records.CandidatesGenerated)}
+    assert {r: [c.source.strip() for c in batches[r].candidates] for r in (1, 2)} == {
+        r: [s.strip() for s in ROUND_SOURCES[r]] for r in (1, 2)}
+    assert all(isinstance(e.evaluation, records.Measured) for e in events if isinstance(e, records.CandidateEvaluated))
+    assert hiera("exchange", "pending", "--dir", "ex").stdout.strip() == "no request is waiting in ex"
+
+
+def test_through_the_python_api_a_pause_is_a_typed_exception_and_resume_takes_the_answers(tmp_path):
+    exchange = tmp_path / "ex"
+    config = {"workload": {"stencil2d": {"host_n": 48}}, "backend": {"exchange": {"dir": str(exchange), "when_waiting": "pause"}}}
+    with pytest.raises(hiera_core.api.AwaitingAnswers) as paused:
+        hiera_core.run(workload="stencil2d", arch="host", rounds=1, population=1, backend="exchange", remeasure=False,
+                       config=config, run_dir=str(tmp_path / "run"))
+    assert (paused.value.run_dir, paused.value.waiting) == ((tmp_path / "run").resolve(), 1)
+    folder = ExchangeFolder(exchange)
+    [ssda] = folder.pending()
+    assert ssda.role == "ssda"
+    folder.answer(ssda.id, ANSWERS["ssda"])
+    with pytest.raises(hiera_core.api.AwaitingAnswers):
+        hiera_core.resume(tmp_path / "run")
+    assert [p.role for p in folder.pending()] == ["spa"]
+    events = RunStore.open(tmp_path / "run").events
+    assert [(e.round, e.role, e.error) for e in events if isinstance(e, records.AgentCalled)] == [(1, "ssda", None)]

@@ -194,24 +194,74 @@ def test_a_missing_key_is_one_line_naming_the_variable(hiera, tmp_path):
     ]
 
 
-def test_a_rejected_key_fails_each_call_with_its_reason_and_the_run_still_finishes(hiera, tmp_path, key):
+def test_a_rejected_key_ends_the_run_at_its_first_request_in_one_line(hiera, tmp_path, key):
     server = ChatServer(respond, key="sk-the-right-one").start()
     try:
         config = CONFIG.format(url=server.url, key_var=KEY_VAR).replace("rounds = 2", "rounds = 1")
         (tmp_path / "hiera.toml").write_text("\n".join(line for line in config.splitlines() if not line.startswith(("base_url", "model"))))
         done = hiera("--run-dir", "run", "--model", "fake-model", "--base-url", server.url, env={KEY_VAR: key})
+        stopped = RunStore.open(tmp_path / "run").events
+        asked = (server.unauthorized, len(server.calls))
+        fixed = hiera("resume", "run", env={KEY_VAR: "sk-the-right-one"})
     finally:
         server.stop()
-    assert done.returncode == 0, done.stderr  # the initial candidate is valid; nothing else was generated
-    events = RunStore.open(tmp_path / "run").events
-    calls = [e for e in events if isinstance(e, records.AgentCalled)]
-    assert [c.error for c in calls] == ["backend openai: HTTP 401: invalid api key"] * 3  # not retried: asked 3 times
-    assert server.unauthorized == 3 and server.calls == []
-    batch = next(e for e in events if isinstance(e, records.CandidatesGenerated) and e.round == 1)
-    assert batch.candidates == [] and "ssda: no usable answer after 3 attempts" in batch.notes[0]
-    assert key not in (tmp_path / "run" / "hiera.log.jsonl").read_text()
+    reason = f"backend openai: HTTP 401: invalid api key from {server.url} (model fake-model)"
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"hiera: error: {reason} (round 1's ssda request): no request can be answered, so the run stops"
+        f" (what it recorded is in {(tmp_path / 'run').resolve()})"
+    ]
+    assert asked == (1, 0)  # asked once: not again, not in any later round
+
+    # what was recorded stays (the seed, and the call that failed), and the run continues once the key is right
+    assert [e.error for e in stopped if isinstance(e, records.AgentCalled)] == [reason]
+    assert [e.candidate.round for e in stopped if isinstance(e, records.CandidateEvaluated)] == [0]
+    assert not any(isinstance(e, records.RunFinished | records.PlanMade) for e in stopped)
+    assert fixed.returncode == 0, fixed.stderr
+    resumed = RunStore.open(tmp_path / "run").events
+    assert [e.candidate.round for e in resumed if isinstance(e, records.CandidateEvaluated)] == [0, 1, 1, 1]
+    assert [e.plan.strategy.name for e in resumed if isinstance(e, records.PlanMade)] == ["split-interior"]
+    assert key not in (tmp_path / "run" / "hiera.log.jsonl").read_text() and key not in done.stdout + done.stderr
     manifest = RunStore.open(tmp_path / "run").manifest.config["backend"]["openai"]
     assert (manifest["model"], manifest["base_url"], manifest["api_key_env"]) == ("fake-model", server.url, KEY_VAR)
+
+
+@pytest.mark.parametrize("status", [403, 404])
+def test_a_forbidden_model_or_an_unknown_endpoint_ends_the_run_as_well(hiera, tmp_path, key, status):
+    server = ChatServer(lambda call: Reply(status=403, content="this key may not use fake-model"), key=key).start()
+    url = server.url if status == 403 else server.url.replace("/v1", "/v9")  # the server has no such route: 404
+    try:
+        (tmp_path / "hiera.toml").write_text(CONFIG.format(url=url, key_var=KEY_VAR).replace("rounds = 2", "rounds = 1"))
+        done = hiera("--run-dir", "run", env={KEY_VAR: key})
+    finally:
+        server.stop()
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert f"hiera: error: backend openai: HTTP {status}: " in done.stderr and "the run stops" in done.stderr
+    assert len([e for e in RunStore.open(tmp_path / "run").events if isinstance(e, records.AgentCalled)]) == 1
+
+
+def test_a_run_whose_every_request_fails_exits_non_zero_saying_why(hiera, tmp_path, key):
+    served = iter(range(100))
+
+    def failing(call) -> Reply:  # the service fails, or answers with no usable answer, by turns
+        return Reply(status=500, content="overloaded") if next(served) % 2 == 0 else Reply("I would rather not.")
+
+    server = ChatServer(failing, key=key).start()
+    try:
+        config = CONFIG.format(url=server.url, key_var=KEY_VAR).replace("rounds = 2", "rounds = 1").replace("max_retries = 2", "max_retries = 0")
+        (tmp_path / "hiera.toml").write_text(config)
+        done = hiera("--run-dir", "run", env={KEY_VAR: key})
+    finally:
+        server.stop()
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (  # after the warnings logged for each call
+        "hiera: error: no agent request got a usable answer (3 call(s) failed; the last: backend openai: HTTP 500: overloaded"
+        " (after 1 tries)), so nothing was searched"
+    )
+    assert f"report: {(tmp_path / 'run').resolve() / 'report.md'}" in done.stdout
+    events = RunStore.open(tmp_path / "run").events  # the run is recorded to its end all the same
+    assert [bool(e.error) for e in events if isinstance(e, records.AgentCalled)] == [True] * 3
+    assert any(isinstance(e, records.RunFinished) for e in events) and (tmp_path / "run" / "report.md").is_file()
 
 
 def test_the_candidate_environment_holds_no_key(monkeypatch, tmp_path, key):

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from hiera_core.records import Candidate, Contract, Evaluation, Plan, Task
+from hiera_core.records import Candidate, Contract, Evaluation, Plan, Roofline, Task
 
 
 @attrs.frozen(kw_only=True)
@@ -31,6 +31,10 @@ class PlanningContext:
     """The plans of earlier rounds, oldest first."""
     allowed_spaces: list[str]
     planning: bool
+    inputs: str = ""
+    """The workload's account of the task's inputs (`Workload.inputs`): ranges, distributions, checked sizes."""
+    roofline: Roofline | None = None
+    """The run's floors: this machine's measured peaks and the task's work, quoted in the Target section."""
 
 
 @attrs.frozen(kw_only=True)
@@ -64,4 +68,7 @@ class Brief:
     count: int
     show_failures: bool = True
     """Also show the last round's failures (a generate-and-fix lineage sees only its own)."""
+    repair: bool = False
+    """The subject failed and is to be fixed: the prompt shows it as the candidate to repair, and each source
+    written is recorded with the subject as its parent and `(repair)` after its origin."""
 

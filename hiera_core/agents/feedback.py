@@ -19,6 +19,9 @@ from hiera_core.records import (
 
 LOG_LIMIT = 1500
 """Characters of one compiler log or failure quoted in a prompt."""
+CITED_LINES = 6
+"""Source lines a compiler log cites that a prompt quotes (the first ones), each with `CITED_CONTEXT` lines either side."""
+CITED_CONTEXT = 2
 
 
 _METRIC_GROUPS = (
@@ -77,26 +80,76 @@ def profile_summary(evaluation: Evaluation | None, directions: dict[str, Any]) -
     return "\n".join(lines)
 
 
-def execution_feedback(evaluation: Evaluation) -> str:
-    """What running a candidate gave, without any profile: all a generate-and-fix loop sees."""
+def execution_feedback(evaluation: Evaluation, source: str = "", filename: str = "") -> str:
+    """What running a candidate gave, without any profile: all a generate-and-fix loop sees. A crash says in
+    which call (case, seed, distribution) and what the candidate's process last wrote to stderr; a compile
+    error, given the candidate's `source` and its `filename`, quotes the source lines the log cites."""
     if isinstance(evaluation, Measured):
         return (
             f"correct; {evaluation.latency_ms:.4g} ms, the reference takes {evaluation.reference_latency_ms:.4g} ms"
             f" ({evaluation.speedup_vs_reference:.2f}x)"
         )
     if isinstance(evaluation, CompileFailed):
-        return f"did not compile:\n{evaluation.log[-LOG_LIMIT:]}"
+        log = _short_paths(evaluation.log, filename)
+        cited = cited_lines(log, source, filename)
+        tail = log[-LOG_LIMIT:]
+        if len(log) > LOG_LIMIT and "\n" in tail:  # from the first whole line
+            tail = tail[tail.index("\n") + 1:]
+        return f"did not compile:\n{tail}" + (f"\nThe lines of `{filename}` it cites:\n{cited}" if cited else "")
     if isinstance(evaluation, Incorrect):
         return f"compiled and ran, but the output is wrong: {evaluation.reason[:LOG_LIMIT]}"
     if isinstance(evaluation, Crashed):
-        return f"crashed: {evaluation.reason[:LOG_LIMIT]}"
+        lines = [f"crashed: {evaluation.reason[:LOG_LIMIT]}"]
+        if evaluation.case:
+            lines.append(f"The call it crashed in: {evaluation.case}")
+        if evaluation.stderr_tail:
+            lines.append(f"The last lines its process wrote to stderr:\n{_fence(evaluation.stderr_tail)}")
+        return "\n".join(lines)
     if isinstance(evaluation, TimedOut):
-        return f"was killed after {evaluation.limit_s:.0f} s (too slow, or it hangs)"
+        call = f"\nThe call it was in: {evaluation.case}" if evaluation.case else ""
+        return f"was killed after {evaluation.limit_s:.0f} s (too slow, or it hangs){call}"
     if isinstance(evaluation, StaticRejected):
         return f"was rejected before compiling: {evaluation.reason[:LOG_LIMIT]}"
     if isinstance(evaluation, Rejected):
         return f"ran correctly, but its measurement was rejected as impossible: {evaluation.reason[:LOG_LIMIT]}"
     raise TypeError(f"unknown evaluation {type(evaluation).__name__}")
+
+
+def _short_paths(log: str, filename: str) -> str:
+    """`log` with every directory before `filename` dropped (`/tmp/.../host_source.c:42:7` -> `host_source.c:42:7`)."""
+    return re.sub(rf"[^\s:()'\"`]*/(?={re.escape(filename)}\b)", "", log) if filename else log
+
+
+def cited_lines(log: str, source: str, filename: str) -> str:
+    """The lines of `source` that a compiler `log` cites as `filename:LINE` (gcc, clang) or `filename(LINE)`
+    (nvcc), the first `CITED_LINES` of them, each with `CITED_CONTEXT` lines either side, numbered, the cited
+    ones marked `>`; "" when it cites none."""
+    if not source or not filename:
+        return ""
+    cited: list[int] = []
+    lines = source.splitlines()
+    for match in re.finditer(rf"(?<![\w.-]){re.escape(filename)}(?::(\d+)|\((\d+)\))", log):
+        number = int(match.group(1) or match.group(2))
+        if 1 <= number <= len(lines) and number not in cited:
+            cited.append(number)
+        if len(cited) == CITED_LINES:
+            break
+    shown = sorted({n for c in cited for n in range(max(1, c - CITED_CONTEXT), min(len(lines), c + CITED_CONTEXT) + 1)})
+    quoted, previous = [], None
+    for number in shown:
+        if previous is not None and number != previous + 1:
+            quoted.append("...")
+        quoted.append(f"{'>' if number in cited else ' '}{number:5d} | {lines[number - 1]}")
+        previous = number
+    return _fence("\n".join(quoted)) if quoted else ""
+
+
+def _fence(text: str) -> str:
+    """`text` in a code fence longer than any run of backticks in it."""
+    fence = "```"
+    while fence in text:
+        fence += "`"
+    return f"{fence}\n{text}\n{fence}"
 
 
 def outcome(evaluation: Evaluation) -> str:

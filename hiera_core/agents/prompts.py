@@ -2,7 +2,8 @@
 frozen contract, the target, the candidate shown and what running it gave, the run's history, the spaces
 and the directions with the architecture's knowledge of them, and the answer format. The knowledge they
 quote belongs to the plugins that own it (a direction's description, the architecture's knowledge,
-rubric and strategies of it, a space's description, a workload's contract, an architecture's toolchain)."""
+rubric and strategies of it, what each space admits on the architecture, the architecture's hardware, peaks and
+toolchain, a workload's contract)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from hiera_core.agents.answers import JUDGE_SCHEMA, OA_SCHEMA, SPA_SCHEMA
 from hiera_core.agents.context import Brief, PlanningContext
 from hiera_core.agents.feedback import outcome, execution_feedback, profile_summary
-from hiera_core.records import Candidate, Measured, SpaceDecision
+from hiera_core.records import Candidate, Evaluation, Measured, SpaceDecision
 
 if TYPE_CHECKING:
     from hiera_core.session import Session
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 FILE_LIMIT = 4000
 """Characters of one frozen contract file quoted in a prompt."""
 FENCE_LANGUAGE = {".c": "c", ".h": "c", ".cu": "cuda", ".cpp": "cpp", ".py": "python", ".json": "json"}
+REPAIR_HEADING = "Failed candidate to repair"
+"""The heading under which an OA repair request shows the failed candidate."""
 
 
 def _fence(text: str, filename: str) -> str:
@@ -28,7 +31,8 @@ def _fence(text: str, filename: str) -> str:
 
 
 def _task_section(ctx: PlanningContext) -> str:
-    return f"# Task: {ctx.task.name} ({ctx.task.workload}), round {ctx.round}\n{ctx.task.description}"
+    inputs = f"\n## Inputs\n{ctx.inputs}" if ctx.inputs else ""
+    return f"# Task: {ctx.task.name} ({ctx.task.workload}), round {ctx.round}\n{ctx.task.description}{inputs}"
 
 
 def _contract_section(ctx: PlanningContext) -> str:
@@ -43,9 +47,34 @@ def _contract_section(ctx: PlanningContext) -> str:
     return "\n".join(lines)
 
 
-def _target_section(ctx: PlanningContext) -> str:
+def _target_section(session: Session, ctx: PlanningContext) -> str:
     tools = "; ".join(f"{k}: {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in ctx.toolchain.items())
-    return f"# Target\nArchitecture `{ctx.arch}`. The file is built with {tools}."
+    peaks = _peaks(ctx, session.config.run.floor_margin)
+    lines = [f"# Target\nArchitecture `{ctx.arch}`.", session.context.hardware, peaks, f"The file is built with {tools}."]
+    return "\n".join(line for line in lines if line)
+
+
+def _peaks(ctx: PlanningContext, margin: float) -> str:
+    """The measured peaks and the floors they set: a time below `margin` of the larger floor is rejected."""
+    roofline = ctx.roofline
+    if roofline is None:
+        return ""
+    dtype = ctx.task.params.get("dtype", "float64")
+    work = f"at least {figure(roofline.bytes_moved / 1e6)} MB moved"
+    floors = f"{roofline.memory_floor_ms:.3g} ms for memory"
+    if roofline.flops:
+        work += f" and {figure(roofline.flops / 1e9)} GFLOP computed"
+        floors += f", {roofline.compute_floor_ms:.3g} ms for arithmetic"
+    return (
+        f"Measured on this machine: {figure(roofline.peak_gbps)} GB/s memory bandwidth, {figure(roofline.peak_gflops)}"
+        f" GFLOP/s in {dtype}. One call of this task has {work}, so its floors are {floors}; a time below"
+        f" {margin:.0%} of the larger floor is rejected as impossible."
+    )
+
+
+def figure(value: float) -> str:
+    """A measured figure as a prompt prints it: whole above a thousand (`60,000`), else four significant digits."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def _subject_section(title: str, candidate: Candidate | None, feedback: str, filename: str) -> str:
@@ -61,7 +90,7 @@ def _failures_section(ctx: PlanningContext) -> str:
         return ""
     lines = [f"# Failures of round {ctx.round - 1} (avoid repeating them)"]
     for i, (candidate, evaluation) in enumerate(failed):
-        text = execution_feedback(evaluation) if i < 3 else outcome(evaluation)
+        text = execution_feedback(evaluation, candidate.source, ctx.contract.source_filename) if i < 3 else outcome(evaluation)
         lines.append(f"- `{candidate.id}` ({candidate.strategy or '-'}): {text}")
     return "\n".join(lines)
 
@@ -84,10 +113,29 @@ def _decisions_section(ctx: PlanningContext) -> str:
 
 def _history_section(ctx: PlanningContext, limit: int = 12) -> str:
     rows = [
-        f"- `{c.id}` round {c.round} {c.space} {c.direction or '-'} {c.strategy or 'initial'}: {outcome(e)}"
+        f"- `{c.id}` round {c.round} {c.space} {c.direction or '-'} {c.strategy or 'initial'}: {_measured_briefly(e)}"
         for c, e in ctx.history[-limit:]
     ]
-    return "# Candidates so far (latest last)\n" + ("\n".join(rows) or "- none")
+    return (
+        "# Candidates so far (latest last)\nEach: the median latency with the p10 and p90 of its timed calls, the"
+        " speedup over the reference, and its weakest profile signals (1 = healthy), or why it failed.\n"
+        + ("\n".join(rows) or "- none")
+    )
+
+
+def _measured_briefly(evaluation: Evaluation, signals: int = 3) -> str:
+    """One line of a candidate's result: its spread and short profile when measured, else its failure."""
+    if not isinstance(evaluation, Measured):
+        return outcome(evaluation)
+    line = (
+        f"{evaluation.latency_ms:.4g} ms (p10 {evaluation.latency_p10_ms:.4g}, p90 {evaluation.latency_p90_ms:.4g}),"
+        f" {evaluation.speedup_vs_reference:.2f}x the reference"
+    )
+    profile = evaluation.profile
+    if profile is not None and profile.signals:
+        weakest = sorted(profile.signals.items(), key=lambda item: (item[1], item[0]))[:signals]
+        line += "; weakest signals: " + ", ".join(f"{name} {value:.2f}" for name, value in weakest)
+    return line
 
 
 def _join(*sections: str) -> str:
@@ -113,9 +161,11 @@ def _best_section(session: Session, ctx: PlanningContext) -> str:
 def ssda(session: Session, ctx: PlanningContext, schema: dict[str, Any]) -> str:
     """SSDA: choose the space among `ctx.allowed_spaces` and score every direction."""
     directions, knowledge = session.directions, session.context.knowledge
-    spaces = "\n".join(f"- {s.name}: {s.description}" for s in session.spaces if s.name in ctx.allowed_spaces)
+    rules = session.context.space_rules
+    spaces = "\n".join(f"- {s.name}: {rules[s.name]}" for s in session.spaces if s.name in ctx.allowed_spaces)
     rubric = "\n".join(
-        f"- {d.name} ({d.title}): {d.description}\n  Rubric: {knowledge[d.name].rubric}" for d in directions.values()
+        f"- {d.name} ({knowledge[d.name].title or d.title}): {d.description}\n  Rubric: {knowledge[d.name].rubric}"
+        for d in directions.values()
     )
     example = {"space": ctx.allowed_spaces[0], "scores": {d: 0.5 for d in directions}, "rationale": "which evidence, which headroom"}
     return _join(
@@ -126,7 +176,7 @@ def ssda(session: Session, ctx: PlanningContext, schema: dict[str, Any]) -> str:
         " that earlier rounds already tried without gain deserves a lower score.",
         _task_section(ctx),
         _contract_section(ctx),
-        _target_section(ctx),
+        _target_section(session, ctx),
         _best_section(session, ctx),
         _failures_section(ctx),
         _decisions_section(ctx),
@@ -153,13 +203,13 @@ def spa(session: Session, ctx: PlanningContext, decision: SpaceDecision) -> str:
         " Adapt or combine the known strategies to what the profile shows; stay inside the space.",
         _task_section(ctx),
         _contract_section(ctx),
-        _target_section(ctx),
+        _target_section(session, ctx),
         _best_section(session, ctx),
         _failures_section(ctx),
         _decisions_section(ctx),
         f"# Decision\nspace {decision.space}, direction {decision.direction} ({scores}). Rationale: {decision.rationale}",
-        f"# Space {decision.space}\n{session.space(decision.space).description}",
-        f"# Direction {direction.name}: {direction.title}\n{direction.description}\n{known.knowledge}",
+        f"# Implementation space {decision.space}\n{session.context.space_rules[decision.space]}",
+        f"# Direction {direction.name}: {known.title or direction.title}\n{direction.description}\n{known.knowledge}",
         f"# Known strategies for {direction.name} in {decision.space}\n"
         + (catalogue or f"- none known here on '{session.context.kind}' architectures: devise one from the profile"),
         _answer_format(SPA_SCHEMA, example),
@@ -175,10 +225,10 @@ def judge(session: Session, ctx: PlanningContext, space: str) -> str:
         " follows to apply it. If the last round's candidates failed, say what they got wrong in the steps.",
         _task_section(ctx),
         _contract_section(ctx),
-        _target_section(ctx),
+        _target_section(session, ctx),
         _best_section(session, ctx),
         _failures_section(ctx),
-        f"# Implementation space\n{session.space(space).description}",
+        f"# Implementation space {space}\n{session.context.space_rules[space]}",
         _answer_format(JUDGE_SCHEMA, example),
     )
 
@@ -195,15 +245,21 @@ def oa(session: Session, ctx: PlanningContext, brief: Brief, *, space: str, samp
         else ""
     )
     example = {"candidates": [{"source": f"<the whole of {filename}>"}] * brief.count}
+    role = (
+        "You are the Optimization Agent (OA) of HIERA. Repair the candidate implementation of the contract below,"
+        " which failed: find the cause of its failure in its source and fix it, keeping what makes it fast."
+        if brief.repair
+        else "You are the Optimization Agent (OA) of HIERA. Write candidate implementations of the contract below,"
+        " faster than the candidate shown and exactly as correct."
+    )
     return _join(
-        "You are the Optimization Agent (OA) of HIERA. Write candidate implementations of the contract below,"
-        " faster than the candidate shown and exactly as correct.",
+        role,
         _task_section(ctx),
         _contract_section(ctx),
-        _target_section(ctx),
-        _subject_section("Starting point", brief.subject, brief.feedback, filename),
+        _target_section(session, ctx),
+        _subject_section(REPAIR_HEADING if brief.repair else "Starting point", brief.subject, brief.feedback, filename),
         _failures_section(ctx) if brief.show_failures else "",
-        f"# What to do\n{brief.instruction}\n\n# Implementation space {space}\n{session.space(space).description}",
+        f"# What to do\n{brief.instruction}\n\n# Implementation space {space}\n{session.context.space_rules[space]}",
         f"# Write\n{wanted} of `{filename}`: the whole file, compilable on its own with the frozen files.{independent}",
         _answer_format(OA_SCHEMA, example),
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,12 +15,22 @@ import structlog
 
 from hiera_core import records
 from hiera_core.agents import prompts
-from hiera_core.agents.answers import JUDGE_SCHEMA, OA_SCHEMA, SPA_SCHEMA, _fenced_sources, _unfence, extract_json, ssda_schema, validate
+from hiera_core.agents.answers import (
+    JUDGE_SCHEMA,
+    OA_SCHEMA,
+    SPA_SCHEMA,
+    _fenced_sources,
+    _unfence,
+    cut_off,
+    extract_json,
+    ssda_schema,
+    validate,
+)
 from hiera_core.agents.cache import ANSWER_CACHE, AnswerCache, _recorded_answer
 from hiera_core.agents.context import Brief, GeneratedSource, Generation, PlanningContext
 from hiera_core.plugins import PluginError, one_line
-from hiera_core.protocols import AgentAnswer, AgentRequest, BackendError
-from hiera_core.records import Plan, SpaceDecision, Strategy
+from hiera_core.protocols import AgentAnswer, AgentRequest, AnswerPending, BackendError, BackendUnusable
+from hiera_core.records import Plan, SourceLabel, SpaceDecision, Strategy
 
 if TYPE_CHECKING:
     from hiera_core.session import Session
@@ -39,15 +49,21 @@ class AgentError(Exception):
 class Agents:
     """The three roles over the session's backend, for one run: cached, recorded, retried."""
 
-    def __init__(self, session: Session, *, run_dir: Path, record: Callable[[records.AgentCalled], None]) -> None:
+    def __init__(self, session: Session, *, run_dir: Path, record: Callable[[records.AgentCalled], None],
+                 recorded: Iterable[records.Event] = ()) -> None:
+        """`recorded`: the run's trajectory so far; a call it already holds, answered from the cache again when
+        the run is resumed, is not recorded twice."""
         self.session = session
         self.backend = session.backend
         self.cache = AnswerCache(run_dir / ANSWER_CACHE)
         self.search = session.registries["searches"].get(session.config.run.strategy)()
         self._record = record
+        self._recorded = {(e.round, e.role, e.sample, e.attempt) for e in recorded if isinstance(e, records.AgentCalled)}
         self._record_lock = threading.Lock()
         self.parallel_requests = max(1, int(getattr(self.backend, "parallel_requests", 1)))
         self.candidates_per_request: int | None = getattr(self.backend, "candidates_per_request", None)
+        self.repairs = bool(getattr(self.backend, "repairs", True))
+        """Whether the backend may be asked to fix a failed candidate (a `Brief` with `repair`)."""
 
     @property
     def plans(self) -> bool:
@@ -99,7 +115,7 @@ class Agents:
         def parse(answer: AgentAnswer) -> dict[str, Any]:
             data = extract_json(answer.text, complete=not answer.truncated)
             validate(data, JUDGE_SCHEMA)
-            return data
+            return {key: data[key] for key in JUDGE_SCHEMA["properties"] if key in data}
 
         return self._ask(ctx, "spa", prompt, parse)
 
@@ -131,18 +147,25 @@ class Agents:
                     items = [{"source": block} for block in _fenced_sources(answer.text)]
                     if not items:
                         raise ValueError(f"no candidate source in the answer ({exc}); expected the JSON object asked for") from None
+                # Only `source` is read from the answer: who wrote it, from which parent, with which
+                # parameters is hiera's to say (or the backend's own code's, through `labels`).
                 origin = " ".join(filter(None, (self.backend.name, answer.model)))
-                return [
+                labels = [*answer.labels, *[SourceLabel()] * len(items)]
+                sources = [
                     GeneratedSource(
-                        source=_unfence(str(item["source"])),
-                        params=dict(item.get("params", {})),
-                        origin=str(item.get("origin") or origin),
-                        parent_id=item.get("parent_id") or parent_id,
+                        source=_unfence(item["source"]),
+                        params=dict(label.params),
+                        origin=label.origin or origin,
+                        parent_id=label.parent_id or parent_id,
                     )
-                    for item in items[: brief.count]
+                    for item, label in zip(items[: brief.count], labels)
                 ]
+                if brief.repair:  # hiera's record of what it asked for, whatever the answer says
+                    sources = [attrs.evolve(s, origin=f"{s.origin} (repair)", parent_id=parent_id) for s in sources]
+                return sources
 
-            return self._ask(ctx, "oa", prompt, parse, sample=sample, candidates=brief.count, strategy=strategy, k=brief.count)
+            return self._ask(ctx, "oa", prompt, parse, sample=sample, candidates=brief.count, strategy=strategy, k=brief.count,
+                             repair=brief.subject if brief.repair else None)
 
         outcomes = self._in_parallel([lambda i=i, b=b: write(i, b) for i, b in enumerate(briefs)])
         sources, notes = [], []
@@ -169,19 +192,18 @@ class Agents:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             request = attrs.evolve(base, prompt=prompt + reask, attempt=attempt)
             started = time.perf_counter()
-            answer, cached, error = self._answer(request)
+            try:
+                answer, cached, error = self._answer(request)
+            except BackendUnusable as exc:  # no request can be answered: the run stops, this call recorded
+                reason = f"backend {self.backend.name}: {exc}"
+                self._note(request, None, cached=False, error=reason, wall_s=time.perf_counter() - started)
+                raise BackendUnusable(f"{reason} (round {request.round}'s {role} request)") from exc
             value = None
             if answer is not None:
                 try:
                     value = parse(answer)
                 except (ValueError, KeyError, TypeError) as exc:
-                    cut = "the answer was cut off at the output-token limit; " if answer.truncated else ""
-                    error = f"unusable answer: {cut}{exc}"
-                    reask = (
-                        f"\n\n# Your previous answer (attempt {attempt}) was unusable\n{cut}{exc}\nIt began:\n"
-                        f"{answer.text[:400]}\n\nAnswer again, exactly in the format asked for"
-                        f"{' and more briefly' if cut else ''}."
-                    )
+                    error, reask = _unusable(answer, exc, attempt)
             self._note(request, answer, cached=cached, error=error, wall_s=time.perf_counter() - started)
             if error is None:
                 return value
@@ -196,6 +218,8 @@ class Agents:
             return _recorded_answer(recorded), True, None
         try:
             answer = self.backend.answer(request)
+        except (BackendUnusable, AnswerPending):
+            raise
         except BackendError as exc:
             return None, False, f"backend {self.backend.name}: {exc}"
         except Exception as exc:  # a bug, not an answer that could not be had: asking again cannot help
@@ -207,6 +231,8 @@ class Agents:
         return answer, False, None
 
     def _note(self, request: AgentRequest, answer: AgentAnswer | None, *, cached: bool, error: str | None, wall_s: float) -> None:
+        if cached and (request.round, request.role, request.sample, request.attempt) in self._recorded:
+            return
         event = records.AgentCalled(
             round=request.round,
             role=request.role,
@@ -226,7 +252,9 @@ class Agents:
 
     def _in_parallel(self, calls: list[Callable[[], Any]]) -> list[Any]:
         """Run `calls` with up to `parallel_requests` in flight; each result, or its AgentError, in order.
-        Daemon threads, so that Ctrl-C ends a run even while a backend waits (a person, a slow service)."""
+        Every call runs even when another raised, so that all requests that can go out together are posted
+        before a pause (AnswerPending, raised once for all of them). Daemon threads, so that Ctrl-C ends a run
+        even while a backend waits (a person, a slow service)."""
         results: list[Any] = [None] * len(calls)
         slots = threading.Semaphore(self.parallel_requests)
 
@@ -243,6 +271,28 @@ class Agents:
         for thread in threads:
             thread.join()
         for result in results:
-            if isinstance(result, Exception) and not isinstance(result, AgentError):
+            if isinstance(result, Exception) and not isinstance(result, (AgentError, AnswerPending)):
                 raise result
+        pending = [result for result in results if isinstance(result, AnswerPending)]
+        if pending:
+            raise AnswerPending(str(pending[0]), waiting=sum(p.waiting for p in pending)) from pending[0]
         return results
+
+
+def _unusable(answer: AgentAnswer, exc: Exception, attempt: int) -> tuple[str, str]:
+    """(the error recorded, the text added to the prompt when it is asked again) for an answer `parse`
+    refused. An answer cut off, by the output-token limit or as its text shows, is named as such, shown
+    where it ended and asked for again shorter."""
+    cut = "at the output-token limit" if answer.truncated else cut_off(answer.text)
+    if cut is None:
+        error = f"unusable answer: {exc}"
+        return error, (
+            f"\n\n# Your previous answer (attempt {attempt}) was unusable\n{exc}\nIt began:\n{answer.text[:400]}"
+            "\n\nAnswer again, exactly in the format asked for."
+        )
+    error = f"unusable answer: the answer was cut off {cut}; {exc}"
+    return error, (
+        f"\n\n# Your previous answer (attempt {attempt}) was cut off\nIt was cut off {cut}, so it could not be used"
+        f" ({exc}). It ended:\n{answer.text[-300:]}\n\nAnswer again, exactly in the format asked for and shorter:"
+        " the JSON object alone, with no text around it."
+    )

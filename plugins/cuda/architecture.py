@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from hiera_core.source_rules import violation
-from hiera_plugins.cuda.checks import SOURCE_RULES
+from hiera_core.source_rules import admitted, violation
+from hiera_plugins.cuda.checks import ALLOWED_OPS, HACKS, SOURCE_RULES
 
 
 @attrs.frozen(kw_only=True)
@@ -71,6 +71,43 @@ class CudaArchitecture:
             "driver": _driver_version(),
         }
 
+    def describe_hardware(self) -> str:
+        """The GPU as the planning process sees it; without one (planning on a CPU-only machine) what the
+        configuration alone says: the compute capability candidates are built for."""
+        try:
+            import torch
+
+            visible = torch.cuda.is_available() and self.config.device < torch.cuda.device_count()
+        except Exception:  # noqa: BLE001 -- no torch, or no driver: say what is known without it
+            visible = False
+        if not visible:
+            return (f"An NVIDIA GPU (device {self.config.device}) that this planning process cannot see: candidates are"
+                    f" built for compute capability {self.arch_list()}; its name, SM count and memory are not known here.")
+        hw = self.hardware()
+        return (
+            f"GPU: {hw['model']} (device {self.config.device}), compute capability {hw['compute_capability']}"
+            f" (built for {self.arch_list()}), {hw['sms']} SMs, {hw['memory_gib']} GiB of device memory,"
+            f" {hw['l2_mib']} MiB L2; driver {hw['driver']}."
+        )
+
+    def describe_space(self, rank: int) -> str:
+        yes, no = admitted(SOURCE_RULES, rank)
+        libraries = [what for what in yes if what != "a PyTorch/ATen operator"]
+        parts = ["CUDA C++ built by nvcc as a PyTorch extension: the candidate's own kernels, launched on the current"
+                 f" stream, and ATen calls that only allocate, view or copy ({', '.join(op for op in _SHOWN_OPS if op in ALLOWED_OPS)})."]
+        if libraries:
+            parts.append(f"Vendor libraries are admitted: {', '.join(libraries)}.")
+        if "a PyTorch/ATen operator" in yes:
+            parts.append("PyTorch/ATen operators that compute (`at::conv2d`, `torch::matmul`, `.mm(...)`) are admitted.")
+        if no:
+            parts.append(
+                f"Not admitted, and checked three times: in the source before compiling ({', '.join(no)}), in the built"
+                " library's imported symbols, and in the kernels and ATen operators the judge sees run."
+            )
+        reasons = "; ".join(reason.split(" (")[0] for _, reason in HACKS)
+        parts.append(f"No space admits a source that: {reasons}; or uses a type below the contract's precision.")
+        return " ".join(parts)
+
     def toolchain(self) -> dict[str, Any]:
         import torch
 
@@ -104,6 +141,9 @@ class CudaArchitecture:
         gbps, gflops = json.loads(out.stdout.strip().splitlines()[-1])
         return gbps, gflops
 
+
+_SHOWN_OPS = ("empty", "empty_like", "zeros", "zeros_like", "fill_", "view", "reshape", "contiguous", "copy_")
+"""The allocation, view and copy operators a space description names (all of `checks.ALLOWED_OPS` are admitted)."""
 
 _PEAKS = """
 import json, torch

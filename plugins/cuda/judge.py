@@ -39,7 +39,6 @@ from hiera_core.records import (
     AttachOrder,
     BufferView,
     CallOrder,
-    Crashed,
     Incorrect,
     JudgeAnswer,
     JudgeRequest,
@@ -72,14 +71,19 @@ def main() -> None:
     runner = judging.Runner("hiera_plugins.cuda.runner", scratch=Path.cwd(), args=[str(s["device"])],
                             rlimit_data_bytes=s.get("memory_bytes"))
     torch.cuda.init()
+    judge = None
     try:
         runner.started(timeout_s=s["call_timeout_s"])
         judging.wait_for_go()
-        result = CudaJudge(harness, request, runner).evaluate()
+        judge = CudaJudge(harness, request, runner)
+        result = judge.evaluate()
     except judging.RunnerGone as exc:
-        result = TimedOut(limit_s=s["call_timeout_s"]) if exc.timed_out else Crashed(reason=str(exc))
+        case = judge.current if judge else ""
+        result = (TimedOut(limit_s=s["call_timeout_s"], case=case) if exc.timed_out
+                  else runner.crashed(str(exc), case=case, signal=exc.signal))
     except (RuntimeError, TypeError, ValueError) as exc:  # the harness on inputs a candidate broke, a CUDA error
-        result = Crashed(reason=f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:400]}")
+        result = runner.crashed(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:400]}",
+                                case=judge.current if judge else "")
     finally:
         runner.close()
     judging.answer(result)
@@ -150,6 +154,8 @@ class CudaJudge:
         self.call_seed = getattr(harness, "call_seed", None)
         self.baseline = seeded(harness.baseline, self.call_seed)
         self.factor = getattr(harness, "pytorch_error_factor", None)
+        self.current = ""
+        """The call the candidate is in (`judging.describe_call`), named in its `Crashed` record if it dies there."""
 
     def mark(self, phase: str) -> None:
         now = time.perf_counter()
@@ -246,7 +252,7 @@ class CudaJudge:
         except judging.Wrong as exc:
             return Incorrect(reason=exc.reason, max_abs_error=exc.error)
         except Failed as exc:
-            return Crashed(reason=str(exc))
+            return self.runner.crashed(str(exc), case=self.current)
 
     def _evaluate(self) -> JudgeAnswer:
         h, s, remeasure = self.h, self.s, self.request.remeasure
@@ -291,6 +297,7 @@ class CudaJudge:
 
         labels, largest = [], 0.0
         for label, case, seed, distribution in checks:
+            self.current = judging.describe_call(case, seed, distribution)
             inputs = h.make_inputs(case, seed, distribution)
             reference = h.reference(case, inputs)
             largest = max(largest, self.checked_call(label, inputs, reference, flush=False)[2])
@@ -305,7 +312,9 @@ class CudaJudge:
         done = False
         while not done:
             i = len(times)
-            inputs = h.make_inputs(timing_case, self.random.getrandbits(62), h.distributions[i % len(h.distributions)])
+            seed, distribution = self.random.getrandbits(62), h.distributions[i % len(h.distributions)]
+            inputs = h.make_inputs(timing_case, seed, distribution)
+            self.current = f"timed call {i}: {judging.describe_call(timing_case, seed, distribution)}"
             self.warm_up()
             reply, wall, views, target = self.call(inputs, timing_reference)
             times.append(reply.in_process_ms)
@@ -331,7 +340,9 @@ class CudaJudge:
         if not bound.consistent:
             return Rejected(reason=bound.reason, latency_ms=latency)
 
-        inputs = h.make_inputs(timing_case, self.random.getrandbits(62), h.distributions[0])
+        seed = self.random.getrandbits(62)
+        inputs = h.make_inputs(timing_case, seed, h.distributions[0])
+        self.current = f"the profiled call: {judging.describe_call(timing_case, seed, h.distributions[0])}"
         reply, _, _ = self.checked_call("the profiled call (fresh inputs)", inputs, h.reference(timing_case, inputs),
                                         inspect=True)
         self.mark("runtime_check")

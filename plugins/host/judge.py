@@ -26,7 +26,6 @@ from hiera_core import judging
 from hiera_core.records import (
     BufferView,
     CallOrder,
-    Crashed,
     Incorrect,
     JudgeAnswer,
     JudgeRequest,
@@ -85,12 +84,14 @@ def main() -> None:
     memory = request.settings.get("memory_bytes")
     runner = judging.Runner("hiera_plugins.host.runner", scratch=Path.cwd(), args=[str(arena.fd)],
                             pass_fds=[arena.fd], rlimit_data_bytes=memory)
+    judge = Judge(harness, request, runner, arena)
     try:
         runner.started(timeout_s=request.settings["call_timeout_s"])
         judging.wait_for_go()
-        result = Judge(harness, request, runner, arena).evaluate()
+        result = judge.evaluate()
     except judging.RunnerGone as exc:
-        result = TimedOut(limit_s=request.settings["call_timeout_s"]) if exc.timed_out else Crashed(reason=str(exc))
+        result = (TimedOut(limit_s=request.settings["call_timeout_s"], case=judge.current) if exc.timed_out
+                  else runner.crashed(str(exc), case=judge.current, signal=exc.signal))
     finally:
         runner.close()
     judging.answer(result)
@@ -102,6 +103,8 @@ class Judge:
         self.settings = request.settings
         self.timeout_s = self.settings["call_timeout_s"]
         self.random = secrets.SystemRandom()  # which timed calls are checked: the candidate cannot know
+        self.current = ""
+        """The call the candidate is in (`judging.describe_call`), named in its `Crashed` record if it dies there."""
 
     def call(self, case: dict[str, Any], inputs: dict[str, np.ndarray], *, null: bool = False):
         """One call on `inputs`, placed in the arena first; returns (reply, wall ms, views, the output array)."""
@@ -159,6 +162,7 @@ class Judge:
             for seed in seeds[:1] if case.get("first_seed_only") else seeds:
                 for distribution in h.distributions:
                     label = f"{case['label']} seed {seed} {distribution}"
+                    self.current = judging.describe_call(case, seed, distribution)
                     largest = max(largest, self.checked_call(label, case, h.make_inputs(case, seed, distribution)))
                     checks.append(label)
 
@@ -172,7 +176,9 @@ class Judge:
         again = True
         while again:
             i = len(times)
-            inputs = h.make_inputs(timing_case, self.random.getrandbits(62), h.distributions[i % len(h.distributions)])
+            seed, distribution = self.random.getrandbits(62), h.distributions[i % len(h.distributions)]
+            inputs = h.make_inputs(timing_case, seed, distribution)
+            self.current = f"timed call {i}: {judging.describe_call(timing_case, seed, distribution)}"
             try:
                 self.warm_up()
                 reply, wall, views, out = self.call(timing_case, inputs)
@@ -197,7 +203,9 @@ class Judge:
         cache_case = h.cache_case()
         cache_runs = []
         for k in range(7):
-            inputs = h.make_inputs(cache_case, self.random.getrandbits(62), h.distributions[0])
+            seed = self.random.getrandbits(62)
+            inputs = h.make_inputs(cache_case, seed, h.distributions[0])
+            self.current = f"cache-size call {k}: {judging.describe_call(cache_case, seed, h.distributions[0])}"
             try:
                 reply, _, views, out = self.call(cache_case, inputs)
             except judging.CandidateFailed as exc:

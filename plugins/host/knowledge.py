@@ -1,18 +1,24 @@
 """What the host architecture knows of the directions C, P, M, R, T for C on a CPU: the knowledge and rubric the
 prompts quote (caches, SIMD, OpenMP, the host timer's signals) and each strategy catalogue, one tuple per space
-rank: 0 the candidate's own C, 1 adds threads and libraries (OpenMP, BLAS, pthreads), 2 adds PyTorch."""
+rank: 0 the candidate's own C, 1 adds threads and libraries (OpenMP, pthreads, BLAS where the build links one),
+2 nothing of its own (its Python and PyTorch are unusable from C). A candidate writes only its source: advice
+that needs a build flag or an environment variable says how to get the same from the source, or is left out."""
 
 from __future__ import annotations
 
 from hiera_core import DirectionKnowledge, StrategyTemplate
 
 HEADROOM_RULE = "times the headroom 1 - max(memory_floor_fraction, compute_floor_fraction)."
+BLAS_LINKED = (
+    "Only where the build links a BLAS library (the space's description says whether it does): otherwise the call "
+    "fails to build or load."
+)
 
 CONTROL = DirectionKnowledge(
     knowledge="\n".join(
         (
-            "- A conditional inside the innermost loop usually blocks auto-vectorisation "
-            "(`gcc -fopt-info-vec-missed` says why); the interior/boundary split restores it.",
+            "- A conditional inside the innermost loop usually blocks auto-vectorisation; the interior/boundary "
+            "split restores it.",
             "- Boundary cells are a thin shell (about 4r/N of an N x N grid of radius r): split them off rather "
             "than testing every point, and the interior becomes branch-free.",
             "- Zero padding can be materialised once (a padded copy of the grid) so the compute loop never tests "
@@ -68,45 +74,22 @@ CONTROL = DirectionKnowledge(
             ),
         ),
         (),
-        (
-            StrategyTemplate(
-                name="pad-then-dense-op",
-                steps=(
-                    "Materialise the padding once (`torch.nn.functional.pad`, or the operator's own `padding=` "
-                    "argument) and run one branch-free dense operator on the padded tensor.",
-                    "Remove Python-level special cases for edges and corners.",
-                ),
-                constraints=(
-                    "The padding mode matches the reference (constant zeros, not reflect or circular).",
-                    "A separate pad copy costs one extra read and write of the grid; prefer the operator's own padding.",
-                ),
-            ),
-            StrategyTemplate(
-                name="masked-tensor-ops",
-                steps=(
-                    "Replace Python loops and boolean indexing over boundary regions with whole-tensor masked "
-                    "operations (`torch.where` with a mask built once per call).",
-                    "Keep every shape static so one sequence of operators runs whatever the data.",
-                ),
-                constraints=(
-                    "No data-dependent shapes inside the timed call (boolean-mask indexing): they allocate and copy "
-                    "on every call.",
-                ),
-            ),
-        ),
+        (),
     ),
 )
 
 PARALLELISM = DirectionKnowledge(
+    title="Thread and core parallelism",
     knowledge="\n".join(
         (
             "- Threads come from a library (OpenMP, pthreads), admitted from the space of rank 1 up: a rank-0 "
             "candidate runs on one core.",
-            "- Parallelise the outermost independent loop with OpenMP `parallel for schedule(static)`, one pinned "
-            "thread per physical core; contiguous row chunks give first-touch locality and no false sharing of "
+            "- Parallelise the outermost independent loop with OpenMP `parallel for schedule(static)`, one thread "
+            "per core a candidate gets; contiguous row chunks give first-touch locality and no false sharing of "
             "64-byte lines.",
-            "- Pin threads (`OMP_PROC_BIND=close`, `OMP_PLACES=cores`) and never run more threads than cores: "
-            "oversubscription and migration cost more than they hide.",
+            "- A candidate writes only its source and cannot set `OMP_*` environment variables: bind threads with "
+            "the `proc_bind(close)` clause and size the team with `num_threads(omp_get_num_procs())`; more threads "
+            "than cores, and migration, cost more than they hide.",
             "- `schedule(dynamic, chunk)` pays only when rows carry unequal work; shared accumulators take a "
             "`reduction` clause, and each output is written by one thread.",
             "- One core rarely saturates DRAM: a memory-bound loop needs bytes in flight from several cores "
@@ -129,8 +112,8 @@ PARALLELISM = DirectionKnowledge(
                     "outermost independent loop.",
                     "Give each thread a contiguous chunk (`schedule(static)`) so it streams its own rows and first "
                     "touch places its pages near it.",
-                    "Use one thread per physical core, pinned (`OMP_PROC_BIND=close`, `OMP_PLACES=cores`), and never "
-                    "more threads than cores.",
+                    "Use one thread per core a candidate gets, set in the source (`num_threads(omp_get_num_procs())`, "
+                    "`proc_bind(close)` on the parallel region), never more threads than cores.",
                     "Switch to `schedule(dynamic, chunk)` only when rows carry unequal work.",
                 ),
                 constraints=(
@@ -140,17 +123,7 @@ PARALLELISM = DirectionKnowledge(
                 ),
             ),
         ),
-        (
-            StrategyTemplate(
-                name="batched-tensor-ops",
-                steps=(
-                    "Replace Python loops over slices or time steps that launch one small operator each with one "
-                    "batched operator (`torch.bmm`, broadcasting, `torch.vmap`) over the whole problem.",
-                    "Set `torch.set_num_threads` to the cores in use so ATen's intra-op parallelism covers them.",
-                ),
-                constraints=("Results do not depend on the thread count beyond the contract tolerance.",),
-            ),
-        ),
+        (),
     ),
 )
 
@@ -201,29 +174,10 @@ MEMORY = DirectionKnowledge(
                     "call column-major `dgemm` as C^T = B^T A^T for row-major data.",
                     "Remove explicit transpose or repacking copies around the call.",
                 ),
-                constraints=("The result is the reference's, in the contract's output layout.",),
+                constraints=("The result is the reference's, in the contract's output layout.", BLAS_LINKED),
             ),
         ),
-        (
-            StrategyTemplate(
-                name="contiguous-native-layout",
-                steps=(
-                    "Make inputs contiguous once, outside any loop (`.contiguous()`, or `torch.channels_last` for "
-                    "convolutions), so ATen takes its vectorised contiguous kernels.",
-                    "Avoid operators on strided views that copy behind the scenes.",
-                ),
-                constraints=("The output has the shape, dtype and strides the contract expects.",),
-            ),
-            StrategyTemplate(
-                name="avoid-hidden-copies",
-                steps=(
-                    "Find implicit copies (dtype promotion, `.to()`, `.clone()`, non-contiguous inputs) with "
-                    "`torch.profiler` and remove them.",
-                    "Write results into preallocated tensors with `out=` or in-place variants (`add_`, `mul_`).",
-                ),
-                constraints=("In-place updates never overwrite a tensor that is read later in the same call.",),
-            ),
-        ),
+        (),
     ),
 )
 
@@ -271,33 +225,15 @@ REUSE = DirectionKnowledge(
                     "Fold scaling and accumulation into the BLAS call's `alpha` and `beta` (C = alpha A B + beta C), "
                     "so intermediates never round-trip through DRAM.",
                 ),
-                constraints=("The fused call computes what the reference computes, within the tolerance.",),
+                constraints=("The fused call computes what the reference computes, within the tolerance.", BLAS_LINKED),
             ),
         ),
-        (
-            StrategyTemplate(
-                name="fuse-torch-ops",
-                steps=(
-                    "Replace chains of ATen operators that each write a full intermediate with fused ones "
-                    "(`torch.addmm`, `torch.baddbmm`, `torch.addcmul`, a convolution with its `bias`).",
-                ),
-                constraints=("The fused operator keeps the contract dtype and reference semantics.",),
-            ),
-            StrategyTemplate(
-                name="hoist-invariant-tensors",
-                steps=(
-                    "Build tensors that stay the same across the call's inner steps (reshaped weights, masks, index "
-                    "tensors) once, before the loop.",
-                    "Ping-pong two preallocated buffers across time steps instead of allocating a new output each "
-                    "step.",
-                ),
-                constraints=("Nothing is cached across calls: each call recomputes from its own inputs.",),
-            ),
-        ),
+        (),
     ),
 )
 
 TENSOR = DirectionKnowledge(
+    title="SIMD FMA and instruction pipeline",
     knowledge="\n".join(
         (
             "- Peak arithmetic needs SIMD FMA (AVX2/AVX-512 `vfmadd`) with enough independent vector accumulators "
@@ -306,14 +242,16 @@ TENSOR = DirectionKnowledge(
             "feeds many FMAs; accumulators stay in registers and the fixed-size loops unroll fully.",
             "- The block is bounded by the register file, 16 AVX2 or 32 AVX-512 vector registers: a spill puts "
             "loads and stores back into the hot loop.",
-            "- Address arithmetic, loads and shuffles should be well below the FMA count: check the hot loop's "
-            "assembly (`objdump -d`) for packed `vfmadd` density.",
+            "- Address arithmetic, loads and shuffles should be well below the FMA count: keep index arithmetic out "
+            "of the hot loop so it is mostly packed `vfmadd`s (the build's assembly is not shown; intrinsics from "
+            "`<immintrin.h>` make the instruction mix explicit).",
             "- Independent accumulators reassociate sums: keep the result within the contract tolerance and never "
             "lower the precision.",
             "- Division and square root have low throughput: replace divisions by reciprocal multiplies where the "
             "tolerance allows.",
-            "- A GEMM-shaped computation runs fastest in the BLAS runtime's `dgemm` (a library: from the space of "
-            "rank 1 up) when its extra FLOPs (im2col redundancy) cost less than it buys.",
+            "- A GEMM-shaped computation runs fastest in a BLAS `dgemm` (a library: from the space of rank 1 up, and "
+            "only where the build links one, as the space's description says) when its extra FLOPs (im2col "
+            "redundancy) cost less than it buys.",
         )
     ),
     rubric=(
@@ -332,8 +270,8 @@ TENSOR = DirectionKnowledge(
                     "it, sliding the window along the row.",
                     "Fully unroll the loops over the block and the fixed-size coefficients (compile-time trip "
                     "counts) so the hot loop is dense FMA with no index arithmetic.",
-                    "Confirm in the compiler's vectorisation report (`-fopt-info-vec`) or the assembly "
-                    "(`objdump -d`) that the hot loop is FMA-dense and spill-free.",
+                    "Keep the hot loop simple enough to vectorise (unit stride, `restrict` pointers, no calls), or "
+                    "write it with `<immintrin.h>` intrinsics so it is FMA-dense and spill-free by construction.",
                 ),
                 constraints=(
                     "No register spills: the block is bounded by the register file (16 AVX2 or 32 AVX-512 vector "
@@ -349,7 +287,10 @@ TENSOR = DirectionKnowledge(
                     "Keep coefficients in registers instead of reloading them from memory in the inner loop.",
                     "Use 4-8 independent accumulators to break dependent FMA chains.",
                 ),
-                constraints=("Fast-math flags (`-ffast-math`, `-fassociative-math`) only where the tolerance allows.",),
+                constraints=(
+                    "The build flags are fixed: reassociate sums by hand (independent accumulators), or with "
+                    "`#pragma GCC optimize(\"fast-math\")` in the source, only where the tolerance allows.",
+                ),
             ),
         ),
         (
@@ -360,30 +301,13 @@ TENSOR = DirectionKnowledge(
                     "(`cblas_dgemm`).",
                     "Size the GEMM so its extra FLOPs (im2col redundancy) cost less than the speedup it buys.",
                 ),
-                constraints=("The call computes in the contract dtype (`dgemm` for FP64), never in a lower precision.",),
-            ),
-        ),
-        (
-            StrategyTemplate(
-                name="torch-matmul-formulation",
-                steps=(
-                    "Express the computation through `torch.matmul`, `torch.bmm` or `torch.nn.functional.conv2d` "
-                    "in the contract dtype, so ATen dispatches to its BLAS or oneDNN backend.",
-                ),
-                constraints=("Nothing is cast to a lower precision.",),
-            ),
-            StrategyTemplate(
-                name="unfold-then-gemm",
-                steps=(
-                    "Compare `torch.nn.functional.conv2d` against `torch.nn.functional.unfold` followed by one "
-                    "matmul, and keep the faster.",
-                ),
                 constraints=(
-                    "`unfold` multiplies memory by the kernel size (49x for 7x7): process the grid in row bands if "
-                    "the full unfolded tensor does not fit.",
+                    "The call computes in the contract dtype (`dgemm` for FP64), never in a lower precision.",
+                    BLAS_LINKED,
                 ),
             ),
         ),
+        (),
     ),
 )
 

@@ -4,6 +4,11 @@ Each request is written to `<dir>/requests/<id>.prompt.md` (the prompt) and `<id
 the run); the backend waits for `<dir>/answers/<id>.txt`, then moves all three to `<dir>/done/`.
 `hiera exchange pending` lists the waiting requests and `hiera exchange answer ID FILE` answers one;
 anything else may write the answer file itself, as long as it appears whole (write, then rename).
+
+With `when_waiting = "pause"` the backend does not wait: it posts every request it has no answer for and
+raises AnswerPending, so the run stops (exit code 75) and `hiera resume RUN` later takes the answers that
+arrived meanwhile. A request's id depends only on the request, so the folder can be carried to another
+machine, answered there and carried back.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from hiera_core import AgentAnswer, AgentRequest, hookimpl
 from hiera_core.agents import request_key
 from hiera_core.cli import UsageError, common_options
 from hiera_core.config import load_config, structure
-from hiera_core.protocols import BackendError
+from hiera_core.protocols import AnswerPending, BackendError
 
 
 @attrs.frozen(kw_only=True)
@@ -35,9 +40,16 @@ class ExchangeConfig:
     """How often the answer folder is looked at."""
     timeout_s: float = 0.0
     """Give up on a request after this long (recorded as a failed call); 0 waits as long as it takes."""
+    when_waiting: str = "wait"
+    """`wait`: the run waits for each answer; `pause`: it posts what it needs and stops (exit code 75), to be
+    resumed once the answers are there."""
     concurrency: int = 8
     """Requests waiting at once: a round's OA requests are all posted together."""
     candidates_per_request: int = 1
+
+    def __attrs_post_init__(self) -> None:
+        if self.when_waiting not in ("wait", "pause"):
+            raise ValueError(f"when_waiting is 'wait' or 'pause', not {self.when_waiting!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -60,10 +72,18 @@ class ExchangeFolder:
         self.path = path
         self.requests, self.answers, self.done = path / "requests", path / "answers", path / "done"
 
+    @staticmethod
+    def request_id(request: AgentRequest) -> str:
+        """The id a request is posted under: its place in the run and a hash of it, the same every time it is asked."""
+        sample = f"-{request.sample + 1}" if request.role == "oa" else ""
+        return f"r{request.round}-{request.role}{sample}-a{request.attempt}-{request_key(request)[:8]}"
+
+    def posted(self, request_id: str) -> bool:
+        return (self.requests / f"{request_id}.json").is_file()
+
     def post(self, request: AgentRequest) -> str:
         """Write a request (prompt first, then its description, which makes it pending); return its id."""
-        sample = f"-{request.sample + 1}" if request.role == "oa" else ""
-        request_id = f"r{request.round}-{request.role}{sample}-a{request.attempt}-{request_key(request)[:8]}"
+        request_id = self.request_id(request)
         _write_whole(self.requests / f"{request_id}.prompt.md", request.prompt)
         meta = {
             "id": request_id,
@@ -130,6 +150,8 @@ class ExchangeBackend:
         self.candidates_per_request = config.candidates_per_request
 
     def answer(self, request: AgentRequest) -> AgentAnswer:
+        if self.config.when_waiting == "pause":
+            return self._answer_or_pause(request)
         request_id = self.folder.post(request)
         deadline = time.monotonic() + self.config.timeout_s if self.config.timeout_s else None
         while (text := self.folder.take_answer(request_id)) is None:
@@ -138,6 +160,20 @@ class ExchangeBackend:
                 raise BackendError(f"no answer to {request_id} in {self.folder.answers} within {self.config.timeout_s:g} s")
             time.sleep(self.config.poll_s)
         return AgentAnswer(text=text)
+
+    def _answer_or_pause(self, request: AgentRequest) -> AgentAnswer:
+        """The answer if it has arrived; else the request posted (once) and AnswerPending."""
+        request_id = self.folder.request_id(request)
+        text = self.folder.take_answer(request_id)
+        if text is not None:
+            return AgentAnswer(text=text)
+        if not self.folder.posted(request_id):
+            self.folder.post(request)
+        where = self.folder.path
+        raise AnswerPending(
+            f"in {where / 'requests'}: `hiera exchange pending --dir {where}` lists them; `hiera exchange answer ID FILE"
+            f" --dir {where}` (or {where / 'answers'}/ID.txt, written whole) answers one"
+        )
 
 
 @hookimpl

@@ -4,8 +4,9 @@ DashScope, Gemini's compatibility endpoint, vLLM, Ollama, ...).
 The API key is read from the environment variable the configuration names, when the backend is built,
 and goes nowhere else: not into the configuration, the run directory, the logs, nor an error message.
 A request that fails with 429, 408/409, a 5xx, a time-out or a connection error is retried with
-exponential backoff (or the server's Retry-After); other failures, and the last retry, raise
-BackendError with the reason.
+exponential backoff (or the server's Retry-After); a 401, 403 or 404 (the key rejected, the model or the
+endpoint unknown: no request of the run can succeed) raises BackendUnusable, which stops the run; other
+failures, and the last retry, raise BackendError with the reason.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import attrs
 import structlog
 
 from hiera_core import AgentAnswer, AgentRequest, hookimpl
-from hiera_core.protocols import BackendError
+from hiera_core.protocols import BackendError, BackendUnusable
 
 log = structlog.get_logger(__name__)
 
 RETRIED_STATUS = frozenset({408, 409, 429})
 """HTTP statuses retried besides every 5xx."""
+UNUSABLE_STATUS = frozenset({401, 403, 404})
+"""HTTP statuses that no request of the run can get past: the key, the model or the endpoint is wrong."""
 
 
 @attrs.frozen(kw_only=True)
@@ -109,7 +112,9 @@ class OpenAIBackend:
                 break
             except openai.APIStatusError as exc:
                 message = exc.body.get("message") if isinstance(exc.body, dict) else None
-                reason = f"HTTP {exc.status_code}: {self._scrub(str(message or exc.message))[:300]}"
+                reason = f"HTTP {exc.status_code}: {' '.join(self._scrub(str(message or exc.message))[:300].split())}"
+                if exc.status_code in UNUSABLE_STATUS:
+                    raise BackendUnusable(f"{reason} from {config.base_url} (model {config.model})") from None
                 retried = exc.status_code in RETRIED_STATUS or exc.status_code >= 500
                 delay = _retry_after(exc.response.headers.get("retry-after"))
             except openai.APITimeoutError:

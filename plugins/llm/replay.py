@@ -1,9 +1,10 @@
 """The `replay` backend: answers every request from a recorded run's answer cache, offline.
 
-`hiera run --replay RUN_DIR` selects it. A request is answered by the recorded request with the same
+`hiera run --replay RUN_DIR` (and `hiera_core.replay`) selects it, as the backend that `replays`. A request is answered by the recorded request with the same
 place in the run (round, role, OA request, attempt) and the same prompt; when the prompt differs (it
 quotes measured latencies, which differ from run to run), by the one at the same place. It never
-calls a model, so it spends nothing: its answers carry no tokens and cost 0.
+calls a model, so it spends nothing: its answers carry no tokens and cost 0. It lets a search ask for
+repairs of failed candidates only if the recorded run asked for any (an `expert` run never does).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import structlog
 
 from hiera_core import AgentAnswer, AgentRequest, hookimpl
 from hiera_core.agents import ANSWER_CACHE, AnswerCache
+from hiera_core.agents.prompts import REPAIR_HEADING
 from hiera_core.protocols import BackendError
 from hiera_core.records import RecordedAnswer
 
@@ -37,6 +39,7 @@ def _place(role: str, round_: int, sample: int, attempt: int, candidates: int) -
 class ReplayBackend:
     name: ClassVar[str] = "replay"
     config_class: ClassVar[type] = ReplayConfig
+    replays: ClassVar[bool] = True
 
     def __init__(self, config: ReplayConfig, context: Any) -> None:
         if not config.source:
@@ -52,8 +55,10 @@ class ReplayBackend:
             place = _place(entry.role, entry.round, entry.sample, entry.attempt, entry.candidates)
             self._by_prompt[(place, entry.prompt)] = entry
             self._by_place[place] = entry
-        oa = [entry.candidates for entry in entries if entry.role == "oa"]
-        self.candidates_per_request = max(oa) if oa else None
+        oa = [entry for entry in entries if entry.role == "oa"]
+        self.candidates_per_request = max(entry.candidates for entry in oa) if oa else None
+        # A run whose backend could not repair (the expert's) asked for none: neither does its replay.
+        self.repairs = any(f"# {REPAIR_HEADING}: " in entry.prompt for entry in oa)
 
     def answer(self, request: AgentRequest) -> AgentAnswer:
         place = _place(request.role, request.round, request.sample, request.attempt, request.candidates)
@@ -65,7 +70,9 @@ class ReplayBackend:
             )
         if recorded.prompt != request.prompt:
             log.info("replay_prompt_differs", role=request.role, round=request.round, sample=request.sample)
-        return AgentAnswer(text=recorded.text, model=recorded.model, cost_usd=0.0, truncated=recorded.truncated)
+        return AgentAnswer(
+            text=recorded.text, model=recorded.model, cost_usd=0.0, truncated=recorded.truncated, labels=recorded.labels
+        )
 
 
 @hookimpl

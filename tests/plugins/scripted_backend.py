@@ -4,6 +4,7 @@ import json
 from typing import ClassVar
 
 from hiera_core import AgentAnswer, hookimpl
+from hiera_core.records import SourceLabel
 
 HEADER = "int hiera_stencil2d(int n, int radius, int steps, const double *w, const double *in, double *out, double *scratch)"
 
@@ -30,7 +31,8 @@ class ScriptedBackend:
         elif request.role == "spa":
             data = {"name": "scripted-hazards", "steps": ["try the hazards"], "constraints": []}
         else:
-            data = {"candidates": [{"source": s, "origin": name} for name, s in SOURCES.items()]}
+            data = {"candidates": [{"source": s} for s in SOURCES.values()]}
+            return AgentAnswer(text=json.dumps(data), labels=[SourceLabel(origin=name) for name in SOURCES])
         return AgentAnswer(text=json.dumps(data))
 
 

@@ -34,6 +34,10 @@ norm and softmax: eager FP32 is 8.9e-4 from FP64 against 1e-4; eval.md's defence
 CALL_SEED = 42
 """The RNG seed every call of a task that draws random numbers starts from."""
 
+CHECK_SEEDS = (1, 2, 3)
+REMEASURE_SEEDS = (11, 12, 13)
+"""The seeds of the correctness checks, and of the winner's final re-measurement."""
+
 DISTRIBUTIONS = ("as-generated", "scaled-offset")
 """`get_inputs()` as written, and its floating tensors as x*2+0.5 (still positive where the task's are, so
 log, sqrt and probability inputs stay in their domain)."""
@@ -71,7 +75,7 @@ class KernelBenchHarness:
         task 45's inputs alone are 17 GB a set)."""
 
     def seeds(self, remeasure: bool) -> tuple[int, ...]:
-        return (11, 12, 13) if remeasure else (1, 2, 3)
+        return REMEASURE_SEEDS if remeasure else CHECK_SEEDS
 
     def correctness_cases(self, remeasure: bool) -> list[dict[str, Any]]:
         shapes = ", ".join(str(list(a.shape)) for a in self.analysis.arguments if a.role == "input")

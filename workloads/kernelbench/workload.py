@@ -171,6 +171,35 @@ class KernelBench:
         elements = sum(_numel(a.shape) for a in analysis.tensor_arguments) + _numel(analysis.output_shape)
         return 4.0 * elements, 0.0
 
+    def inputs(self, task: Task, arch: str) -> str:
+        """The `get_inputs()` tensors with their shapes, the two distributions, the seeds, the model's state."""
+        from hiera_workloads.kernelbench.harness import CALL_SEED, CHECK_SEEDS, REMEASURE_SEEDS
+
+        self._check_arch(arch)
+        analysis = self._get(task).analysis
+        tensors = [f"`{a.source}` {a.dtype or 'tensor'} {list(a.shape or ())}" for a in analysis.arguments if a.role == "input"]
+        scalars = [f"`{a.source}` = {a.value!r}" for a in analysis.arguments if a.role == "scalar"]
+        state = [a for a in analysis.arguments if a.role in ("parameter", "buffer")]
+        lines = [
+            f"The forward's tensors come from the task's `get_inputs()` (groundtruth.py): {', '.join(tensors) or 'none'},"
+            " generated on the GPU after `torch.manual_seed(seed)`, in two distributions: as `get_inputs()` writes them,"
+            " and with every floating tensor as x*2+0.5 (still positive where the task's are).",
+        ]
+        if scalars:
+            lines.append(f"Scalar arguments keep their `get_inputs()` values: {', '.join(scalars)}.")
+        if state:
+            lines.append(f"The model's {len(state)} parameters and buffers are passed as tensors, as `Model` initialises them"
+                         " (the same values on every call).")
+        if analysis.random:
+            lines.append(f"The forward draws random numbers: the reference and every call start from RNG seed {CALL_SEED}.")
+        lines.append(
+            f"KernelBench tasks have one shape: correctness is checked on it with seeds {', '.join(map(str, CHECK_SEEDS))}"
+            " and both distributions (one seed and distribution where the full set of inputs would not fit in half the"
+            f" GPU's memory), the calls are timed on fresh inputs, and the best candidate is measured again at the end"
+            f" with seeds {', '.join(map(str, REMEASURE_SEEDS))}."
+        )
+        return "\n".join(lines)
+
     def harness(self, task: Task, arch: str) -> Any:
         self._check_arch(arch)
         from hiera_workloads.kernelbench.harness import KernelBenchHarness

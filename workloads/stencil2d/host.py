@@ -10,7 +10,15 @@ import numpy as np
 
 from hiera_core.protocols import Knob
 from hiera_core.records import Contract, Task
-from hiera_workloads.stencil2d.reference import draw_weights, reference
+from hiera_workloads.stencil2d.reference import (
+    CHECK_SEEDS,
+    FIELD_RANGE,
+    REMEASURE_SEEDS,
+    SPIKES,
+    describe_inputs,
+    draw_weights,
+    reference,
+)
 
 SOURCE_FILENAME = "host_source.c"
 SYMBOL = "hiera_stencil2d"
@@ -68,6 +76,13 @@ def seed(task: Task) -> tuple[str, dict[str, Any], str]:
 
 def templates(task: Task) -> list[HostStencilTemplate]:
     return [HostStencilTemplate()]
+
+
+def inputs(task: Task) -> str:
+    """What the judge feeds a candidate, from the harness's own cases."""
+    h = harness(task)
+    return describe_inputs(field="in", radius=h.radius, steps=h.steps, cases=h.correctness_cases(False),
+                           remeasure_cases=h.correctness_cases(True), timed=h.timing_case()["n"])
 
 
 def harness(task: Task) -> HostStencilHarness:
@@ -439,7 +454,7 @@ class HostStencilHarness:
         ]
 
     def seeds(self, remeasure: bool) -> tuple[int, ...]:
-        return (101, 102, 103) if remeasure else (1, 2, 3)
+        return REMEASURE_SEEDS if remeasure else CHECK_SEEDS
 
     def make_inputs(self, case: Mapping[str, Any], seed: int, distribution: str) -> dict[str, np.ndarray]:
         """`field`: uniform in [-1, 1], or spiky: 1% of the points (at least one) at +-[1, 100], the rest 0;
@@ -450,10 +465,11 @@ class HostStencilHarness:
         rng = np.random.default_rng([seed, n, self.distributions.index(distribution)])
         weights = draw_weights(self.radius, rng)
         if distribution == "uniform":
-            return {"field": rng.uniform(-1.0, 1.0, size=(n, n)), "weights": weights}
+            return {"field": rng.uniform(*FIELD_RANGE, size=(n, n)), "weights": weights}
+        fraction, low, high = SPIKES
         field = np.zeros(n * n)
-        spikes = rng.choice(n * n, size=max(n * n // 100, 1), replace=False)
-        field[spikes] = rng.uniform(1.0, 100.0, size=spikes.size) * rng.choice((-1.0, 1.0), size=spikes.size)
+        spikes = rng.choice(n * n, size=max(n * n // round(1 / fraction), 1), replace=False)
+        field[spikes] = rng.uniform(low, high, size=spikes.size) * rng.choice((-1.0, 1.0), size=spikes.size)
         return {"field": field.reshape(n, n), "weights": weights}
 
     def reference(self, case: Mapping[str, Any], inputs: Mapping[str, np.ndarray]) -> np.ndarray:

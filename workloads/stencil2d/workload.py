@@ -13,7 +13,7 @@ from hiera_workloads.stencil2d import cuda, host
 from hiera_workloads.stencil2d.reference import WEIGHT_KINDS
 
 SIDES: dict[str, ModuleType] = {"host": host, "cuda": cuda}
-"""Each architecture's side of the workload: a module with `grid`, `contract`, `seed`, `templates` and
+"""Each architecture's side of the workload: a module with `grid`, `contract`, `seed`, `templates`, `inputs` and
 `harness`, each taking the task (and optionally `baselines`)."""
 
 
@@ -31,7 +31,9 @@ class Stencil2DConfig:
     timed and checked, the contract allows temporal blocking (fusing applications per launch), and the report
     gives the time per application, amortised."""
     weights: str = "normalized"
-    """`normalized` (seeded positive random weights summing to 1) or `uniform` (all 1/(2r+1)^2)."""
+    """The task's own weights, recorded in its parameters (`reference.stencil_weights`): `normalized` (seeded positive
+    random weights summing to 1) or `uniform` (all 1/(2r+1)^2). The checks and timed calls never use them: every
+    input draws fresh positive weights summing to 1, as the contract and the prompts say."""
 
     def __attrs_post_init__(self) -> None:
         for field in ("n", "host_n", "radius", "steps"):
@@ -65,10 +67,10 @@ class Stencil2D:
                     "dtype": "float64",
                 },
                 description=(
-                    f"A {k}x{k} box stencil (radius {c.radius}, {c.weights} weights) in FP64 on a square grid, "
-                    f"zero outside it, applied {c.steps} time(s): each output is the weighted sum of the "
-                    f"{k * k} inputs around it. The grid is {c.n}x{c.n} on a GPU and {c.host_n}x{c.host_n} "
-                    "on the host."
+                    f"A {k}x{k} stencil (radius {c.radius}) in FP64 on a square grid, zero outside it, applied "
+                    f"{c.steps} time(s): each output is the weighted sum of the {k * k} inputs around it, with "
+                    "weights passed in every call: random positive values summing to 1, not a uniform average. "
+                    f"The grid is {c.n}x{c.n} on a GPU and {c.host_n}x{c.host_n} on the host."
                 ),
             )
         ]
@@ -93,6 +95,10 @@ class Stencil2D:
         """What users compare against, measured in every run (the GPU side: cuDNN two ways and FFT)."""
         side = self._side(arch)
         return side.baselines(task) if hasattr(side, "baselines") else []
+
+    def inputs(self, task: Task, arch: str) -> str:
+        """The field's two distributions and ranges, the random weights, and the sizes and seeds checked."""
+        return self._side(arch).inputs(task)
 
     def harness(self, task: Task, arch: str) -> Any:
         return self._side(arch).harness(task)

@@ -1,7 +1,7 @@
 """The stencil's GPU (`cuda`) side: the frozen PyTorch-extension contract, the expert's CUDA sources
 (kernels/*.cu, rendered by `CudaStencilTemplate`), the baselines and the judge's harness.
 
-The workload calls this package's `grid`, `contract`, `seed`, `templates`, `baselines` and `harness`; the
+The workload calls this package's `grid`, `contract`, `seed`, `templates`, `baselines`, `inputs` and `harness`; the
 modules behind them are private (`_contract`, `_template`, `_baselines`, `_harness`) so that none of
 them is shadowed by the function of the same name.
 """
@@ -18,7 +18,7 @@ from hiera_workloads.stencil2d.cuda._contract import (
     contract,
     grid,
 )
-from hiera_workloads.stencil2d.cuda._harness import CudaStencilHarness, harness
+from hiera_workloads.stencil2d.cuda._harness import CudaStencilHarness, harness, inputs
 from hiera_workloads.stencil2d.cuda._template import CudaStencilTemplate, seed, templates
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "contract",
     "grid",
     "harness",
+    "inputs",
     "seed",
     "templates",
 ]

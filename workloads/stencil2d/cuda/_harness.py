@@ -15,13 +15,26 @@ import numpy as np
 
 from hiera_core.records import Task
 from hiera_workloads.stencil2d.cuda._contract import ENTRY, TOLERANCE, check_sizes, grid
-from hiera_workloads.stencil2d.reference import draw_weights
+from hiera_workloads.stencil2d.reference import CHECK_SEEDS, REMEASURE_SEEDS, describe_inputs, draw_weights
 from hiera_workloads.stencil2d.reference import reference as shifted_add_reference
 
 
 def harness(task: Task) -> CudaStencilHarness:
     p = task.params
     return CudaStencilHarness(n=grid(task), radius=p["radius"], steps=p["steps"])
+
+
+def cases(n: int, remeasure: bool) -> list[dict[str, Any]]:
+    """The correctness cases of a task of grid side `n`: the task's size, then the check sizes."""
+    task = {"label": f"task n={n}", "n": n, "first_seed_only": True}
+    return [task] + [{"label": f"n={s}", "n": s, "first_seed_only": False} for s in check_sizes(n, remeasure)]
+
+
+def inputs(task: Task) -> str:
+    """What the judge feeds a candidate (no GPU needed to say it)."""
+    n, p = grid(task), task.params
+    return describe_inputs(field="field", radius=p["radius"], steps=p["steps"], cases=cases(n, False),
+                           remeasure_cases=cases(n, True), timed=n, once="the first seed and distribution only")
 
 
 class CudaStencilHarness:
@@ -47,11 +60,10 @@ class CudaStencilHarness:
         """What computes the FP64 reference: `CuPy <version>`."""
 
     def correctness_cases(self, remeasure: bool) -> list[dict[str, Any]]:
-        task = {"label": f"task n={self.n}", "n": self.n, "first_seed_only": True}
-        return [task] + [{"label": f"n={s}", "n": s, "first_seed_only": False} for s in check_sizes(self.n, remeasure)]
+        return cases(self.n, remeasure)
 
     def seeds(self, remeasure: bool) -> tuple[int, ...]:
-        return (101, 102, 103) if remeasure else (1, 2, 3)
+        return REMEASURE_SEEDS if remeasure else CHECK_SEEDS
 
     def timing_case(self) -> dict[str, Any]:
         return {"label": f"task n={self.n}", "n": self.n, "first_seed_only": True}
