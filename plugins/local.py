@@ -1,7 +1,14 @@
-"""The `local` executor: evaluates candidates on this machine, a few at a time."""
+"""The `local` executor: evaluates candidates on this machine, a few at a time.
+
+By default (`workers = 0`) how many at a time follows the architecture: where its device stages occupy an
+accelerator (`Architecture.accelerator`, "GPU" for cuda) and serialise on its lock, a round's candidates are
+evaluated at once, one per CPU core at most, so that their builds overlap each other and the device time of
+those built before; where the timing runs on the CPU itself (the host), one at a time, since a build beside a
+timing would slow the timing down."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
@@ -14,12 +21,13 @@ from hiera_core.pipeline import Evaluated, Pipeline
 
 @attrs.frozen(kw_only=True)
 class LocalConfig:
-    workers: int = 1
-    """Candidates evaluated concurrently. Stages that time or use a device serialise on their own lock."""
+    workers: int = 0
+    """Candidates evaluated concurrently; 0: by the architecture (see the module). Stages that time or use a
+    device serialise on their own lock."""
 
     def __attrs_post_init__(self) -> None:
-        if self.workers < 1:
-            raise ValueError("workers must be >= 1")
+        if self.workers < 0:
+            raise ValueError("workers must be >= 0 (0: as the architecture allows)")
 
 
 class LocalExecutor:
@@ -29,13 +37,23 @@ class LocalExecutor:
     def __init__(self, config: LocalConfig) -> None:
         self.config = config
 
+    def workers(self, pipeline: Pipeline, jobs: int) -> int:
+        """How many of `jobs` candidates are evaluated at once under `pipeline`."""
+        if self.config.workers:
+            return self.config.workers
+        if pipeline.accelerator is None:
+            return 1
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return max(1, min(jobs, cores))
+
     def run(self, jobs: Iterable[EvalJob], pipeline: Pipeline) -> Iterator[tuple[EvalJob, Evaluated]]:
         jobs = list(jobs)
-        if self.config.workers == 1:
+        workers = self.workers(pipeline, len(jobs))
+        if workers == 1:
             for job in jobs:
                 yield job, pipeline.evaluate(job)
             return
-        with ThreadPoolExecutor(max_workers=self.config.workers) as pool:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [(job, pool.submit(pipeline.evaluate, job)) for job in jobs]
             for job, future in futures:
                 yield job, future.result()

@@ -1,6 +1,9 @@
 """The engine embedded in another tool: observer hooks, plugin-added hooks, conformance, fast_p."""
 
 import itertools
+import os
+import threading
+import time
 import types
 from pathlib import Path
 
@@ -12,6 +15,7 @@ from hiera_contracts import check_plugins
 from hiera_core import Knob, hookimpl, hookspecs, records
 from hiera_core.config import load_config
 from hiera_core.engine import Engine, create_run
+from hiera_core.pipeline import Pipeline
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.report import fast_p
 from hiera_core.session import Session
@@ -375,3 +379,31 @@ def test_a_pair_move_belongs_to_a_direction_only_when_the_directions_knob_shapes
     moves = list(session.backend._moves(context, "P", "pure_cuda"))
     assert moves and all(p["ring_threads"] != 128 for _, p, _ in moves if p["tiling"] == "ring")
     assert not any(p == {**params, "block": "64x4", "vector_loads": True} for _, p, _ in moves)
+
+
+class _Overlap(Pipeline):
+    """A pipeline whose evaluation only notes how many evaluations run at once."""
+
+    def evaluate(self, job):
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.2)
+        with self.lock:
+            self.running -= 1
+        return job
+
+
+@pytest.mark.parametrize(("accelerator", "at_once"), [("GPU", 3), (None, 1)])
+def test_by_default_a_rounds_candidates_overlap_only_where_the_device_has_its_own_lock(accelerator, at_once):
+    """On a GPU a round's builds overlap each other and the device time of those built before (the device
+    stages queue on the GPU lock); on the host, whose timing uses the CPU a build would take, one at a time."""
+    from hiera_core.config import RunConfig
+    from hiera_plugins.local import LocalConfig, LocalExecutor
+
+    pipeline = _Overlap(arch=types.SimpleNamespace(accelerator=accelerator), evaluators=[], run=RunConfig())
+    pipeline.lock, pipeline.running, pipeline.most = threading.Lock(), 0, 0
+    done = list(LocalExecutor(LocalConfig()).run(["a", "b", "c"], pipeline))
+    assert done == [("a", "a"), ("b", "b"), ("c", "c")]  # in the order written, whatever finished first
+    assert pipeline.most == min(at_once, len(os.sched_getaffinity(0)))
+    assert LocalExecutor(LocalConfig(workers=2)).workers(pipeline, 3) == 2  # a setting wins
