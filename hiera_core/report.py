@@ -225,10 +225,12 @@ def write_report(store: RunStore) -> Path:
         f" planning {'on' if run.get('planning') else 'off'},"
         f" {run.get('rounds')} rounds × {run.get('population')} candidates",
         f"- created {manifest.created_at}; hiera {manifest.versions.get('hiera', '?')}, Python {manifest.versions.get('python')}",
-        "",
-        "## Result",
-        "",
     ]
+    pauses = [e for e in events if isinstance(e, records.RunPaused)]
+    if pauses:
+        lines.append(f"- paused {len(pauses)} time(s) for answers that came later (rounds"
+                     f" {', '.join(str(r) for r in sorted({p.round for p in pauses}))}), resumed each time")
+    lines += ["", "## Result", ""]
     if best is None:
         lines.append("No valid candidate was found.")
     else:

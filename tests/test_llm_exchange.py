@@ -154,6 +154,7 @@ def test_a_paused_run_is_driven_to_its_end_by_answers_carried_between_resumes(tm
         r: [s.strip() for s in ROUND_SOURCES[r]] for r in (1, 2)}
     assert all(isinstance(e.evaluation, records.Measured) for e in events if isinstance(e, records.CandidateEvaluated))
     assert hiera("exchange", "pending", "--dir", "ex").stdout.strip() == "no request is waiting in ex"
+    assert "- paused 8 time(s) for answers that came later (rounds 1, 2), resumed each time" in (run / "report.md").read_text()
 
 
 def test_through_the_python_api_a_pause_is_a_typed_exception_and_resume_takes_the_answers(tmp_path):
