@@ -155,6 +155,19 @@ def _best_section(session: Session, ctx: PlanningContext) -> str:
     return _subject_section("Current best candidate", ctx.parent, summary, ctx.contract.source_filename)
 
 
+def _situation(session: Session, ctx: PlanningContext, *, decisions: bool) -> str:
+    """What a planning role reads first: the task, the contract, the target, the current best candidate, the
+    last round's failures and (`decisions`) the earlier rounds' decisions."""
+    return _join(
+        _task_section(ctx),
+        _contract_section(ctx),
+        _target_section(session, ctx),
+        _best_section(session, ctx),
+        _failures_section(ctx),
+        _decisions_section(ctx) if decisions else "",
+    )
+
+
 # --- the roles' prompts -----------------------------------------------------------------------
 
 
@@ -174,12 +187,7 @@ def ssda(session: Session, ctx: PlanningContext, schema: dict[str, Any]) -> str:
         " score in [0, 1] of how much time it could still win, judged from the current best candidate's profile"
         " with each direction's rubric. The top-scored direction is planned and implemented next; a direction"
         " that earlier rounds already tried without gain deserves a lower score.",
-        _task_section(ctx),
-        _contract_section(ctx),
-        _target_section(session, ctx),
-        _best_section(session, ctx),
-        _failures_section(ctx),
-        _decisions_section(ctx),
+        _situation(session, ctx, decisions=True),
         _history_section(ctx),
         "# Implementation spaces you may choose (nested: each admits everything of the ones above it)\n" + spaces,
         "# Directions and their rubric\n" + rubric,
@@ -201,12 +209,7 @@ def spa(session: Session, ctx: PlanningContext, decision: SpaceDecision) -> str:
         "You are the Strategy Planning Agent (SPA) of HIERA. Turn this round's decision into one concrete strategy:"
         " ordered steps that every candidate of the round implements, and the constraints they must respect."
         " Adapt or combine the known strategies to what the profile shows; stay inside the space.",
-        _task_section(ctx),
-        _contract_section(ctx),
-        _target_section(session, ctx),
-        _best_section(session, ctx),
-        _failures_section(ctx),
-        _decisions_section(ctx),
+        _situation(session, ctx, decisions=True),
         f"# Decision\nspace {decision.space}, direction {decision.direction} ({scores}). Rationale: {decision.rationale}",
         f"# Implementation space {decision.space}\n{session.context.space_rules[decision.space]}",
         f"# Direction {direction.name}: {known.title or direction.title}\n{direction.description}\n{known.knowledge}",
@@ -223,11 +226,7 @@ def judge(session: Session, ctx: PlanningContext, space: str) -> str:
         "You are the judge of a kernel refinement loop. Read the best candidate's measurement and profile and"
         " name exactly one bottleneck, the one optimisation method that removes it, and the steps a coder"
         " follows to apply it. If the last round's candidates failed, say what they got wrong in the steps.",
-        _task_section(ctx),
-        _contract_section(ctx),
-        _target_section(session, ctx),
-        _best_section(session, ctx),
-        _failures_section(ctx),
+        _situation(session, ctx, decisions=False),
         f"# Implementation space {space}\n{session.context.space_rules[space]}",
         _answer_format(JUDGE_SCHEMA, example),
     )
