@@ -99,7 +99,7 @@ def session(tmp_path_factory):
     root = tmp_path_factory.mktemp("adversarial")
     config = load_config(root, environ={}, cli={"arch": "host"}, overrides=[
         "workload.stencil2d.host_n=64", "workload.stencil2d.radius=1", "evaluator.host-run.timeout_s=40",
-        "evaluator.host-run.call_timeout_s=4", "evaluator.host-run.memory_gib=1", "evaluator.host-run.min_time_s=0.05",
+        "evaluator.host-run.call_timeout_s=10", "evaluator.host-run.memory_gib=0.5", "evaluator.host-run.min_time_s=0.05",
     ])
     yield Session.create(config, make_plugin_manager()), root
     os.environ.pop("OPENAI_API_KEY", None)
