@@ -74,11 +74,15 @@ class RunResult:
 
     run_dir: Path
     best: records.Candidate | None
-    """The winner: the fastest valid candidate (None when no candidate was valid)."""
+    """The winner (None when no candidate was valid, or no finalist held up): the finalist with the lowest figure in
+    the final re-measurement, or, with `remeasure=False`, the best of the search."""
     best_evaluation: records.Measured | None
     """The winner's evaluation in the search."""
     remeasured: records.Evaluation | None
-    """The winner measured again in a fresh process on fresh inputs (None when the run did not re-measure)."""
+    """The winner measured again in fresh processes on fresh inputs: the re-measurement at its median, the figure to
+    quote (None when the run did not re-measure)."""
+    finalists: list[records.Finalist]
+    """The final re-measurement's standings, the winner first (empty when the run did not re-measure)."""
     evaluations: list[records.CandidateEvaluated]
     """Every candidate's evaluation, in the order they were recorded (the initial candidate first)."""
     plans: list[records.Plan]
@@ -96,6 +100,7 @@ class RunResult:
             best=best,
             best_evaluation=by_id.get(best.id) if best else None,
             remeasured=finished[-1].remeasured if finished else None,
+            finalists=list(finished[-1].finalists) if finished else [],
             evaluations=evaluations,
             plans=[e.plan for e in store.events if isinstance(e, records.PlanMade)],
             costs=agent_costs(store.events),

@@ -278,13 +278,19 @@ def _summary(result: api.RunResult, console: Console, prefix: str = "") -> int:
     if result.costs.calls:
         console.print(f"{prefix}agents: {result.costs.describe()}")
     if result.best_evaluation is None:
-        console.print(f"{prefix}no valid candidate was found")
+        console.print(f"{prefix}no finalist held up in the final re-measurement (report.md, Finalists)" if result.finalists
+                      else f"{prefix}no valid candidate was found")
         return 1
     best = result.best_evaluation
-    line = f"best {best.latency_ms:.3f} ms, {best.speedup_vs_reference:.2f}× the reference"
+    final = result.remeasured if isinstance(result.remeasured, Measured) else None
+    if final is not None:
+        line = (f"best {final.latency_ms:.3f} ms re-measured ({best.latency_ms:.3f} ms in the search),"
+                f" {final.speedup_vs_reference:.2f}× the reference")
+    else:
+        line = f"best {best.latency_ms:.3f} ms, {best.speedup_vs_reference:.2f}× the reference"
     seed = result.evaluations[0].evaluation
     if isinstance(seed, Measured):
-        line += f", {seed.latency_ms / best.latency_ms:.2f}× the initial candidate"
+        line += f", {seed.latency_ms / best.latency_ms:.2f}× the initial candidate in the search"
     console.print(prefix + line)
     return 0
 

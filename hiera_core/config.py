@@ -62,7 +62,11 @@ class RunConfig:
     run_dir: str = ""
     """Run directory; empty means `runs/<run id>` under the working directory."""
     remeasure: bool = True
-    """Measure the winner again in a fresh process on fresh inputs at the end of the run."""
+    """At the end of the run, measure the `finalists` best candidates again, `remeasure_passes` times each, every
+    time in a fresh process on fresh inputs, the finalists interleaved; the winner and its figure come from these
+    measurements (the search's own figures chose the finalists, so the fastest of them flatters)."""
+    finalists: int = 3
+    remeasure_passes: int = 2
     baselines: bool = True
     """Measure the workload's baselines (cuDNN called directly, ...) at the start of the run."""
     floor_margin: float = 0.9
@@ -72,8 +76,8 @@ class RunConfig:
     """A speedup over the task's reference beyond this is rejected as implausible."""
 
     def __attrs_post_init__(self) -> None:
-        if self.rounds < 0 or self.population < 1 or self.parents < 1:
-            raise ConfigError("run: rounds must be >= 0, population and parents >= 1")
+        if self.rounds < 0 or min(self.population, self.parents, self.finalists, self.remeasure_passes) < 1:
+            raise ConfigError("run: rounds must be >= 0; population, parents, finalists and remeasure_passes >= 1")
         if not 0 < self.floor_margin <= 1 or self.max_speedup <= 1:
             raise ConfigError("run: floor_margin must be in (0, 1] and max_speedup above 1")
 

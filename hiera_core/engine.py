@@ -8,6 +8,7 @@ evaluation is read back, never redone.
 from __future__ import annotations
 
 import json
+import math
 import platform
 import sys
 import time
@@ -80,6 +81,8 @@ def tables_in_use(table: Mapping[str, Any], store: RunStore, pm: pluggy.PluginMa
 def _stages(event: records.Event) -> list[str]:
     """The evaluator stages an event says ran (or hold the device)."""
     if isinstance(event, records.CandidateEvaluated):
+        return list(event.stage_s)
+    if isinstance(event, records.Remeasured):
         return list(event.stage_s)
     if isinstance(event, records.RunFinished):
         return list(event.remeasure_stage_s)
@@ -163,16 +166,7 @@ class Engine:
             batch = self._generated(round_, lambda: self._generate(ctx, plan))
             self._evaluate_round(round_, batch)
 
-        best = self.best()
-        if not any(isinstance(e, records.RunFinished) for e in self.store.events):
-            remeasured = self._remeasure(best) if best is not None and self.run.remeasure else None
-            self.store.append(
-                records.RunFinished(
-                    best_candidate_id=best.id if best else None,
-                    remeasured=remeasured.evaluation if remeasured else None,
-                    remeasure_stage_s=remeasured.stage_s if remeasured else {},
-                )
-            )
+        best = self._finish()
         write_report(self.store)
         hook.hiera_run_finished(context=session.context, run_dir=self.store.path, best=best)
         structlog.contextvars.unbind_contextvars("run_id", "task", "round")
@@ -187,14 +181,23 @@ class Engine:
         self.store.append(records.RunStarted(run_id=self.store.manifest.run_id, roofline=roofline, device_stages=device_stages))
         return roofline
 
-    def best(self, n: int = 1) -> Candidate | None:
-        ranked = self.parents(n)
+    def best(self) -> Candidate | None:
+        ranked = self.parents(1)
         return ranked[0] if ranked else None
 
     def parents(self, n: int) -> list[Candidate]:
-        """The n fastest valid candidates so far; invalid candidates never compete (Eq. 2)."""
-        measured = [(e.latency_ms, i, c) for i, (c, e) in enumerate(self.history) if isinstance(e, Measured)]
-        return [c for _, _, c in sorted(measured)[:n]]
+        """The n best valid candidates so far; invalid candidates never compete (Eq. 2). The first is the incumbent:
+        a candidate replaces it only when it is faster beyond the noise of the two medians (`beats`); the others
+        follow by median."""
+        measured = [(c, e) for c, e in self.history if isinstance(e, Measured)]
+        if not measured:
+            return []
+        incumbent, figure = measured[0]
+        for candidate, evaluation in measured[1:]:
+            if beats(evaluation, figure):
+                incumbent, figure = candidate, evaluation
+        others = sorted((e.latency_ms, i, c) for i, (c, e) in enumerate(measured) if c.id != incumbent.id)
+        return [incumbent, *(c for _, _, c in others[: n - 1])]
 
     def _evaluation_of(self, candidate: Candidate | None) -> Evaluation | None:
         for c, e in self.history:
@@ -323,13 +326,15 @@ class Engine:
             self.store.append(records.RoundFinished(round=round_, best_candidate_id=best.id if best else None, best_latency_ms=latency))
         hook.hiera_round_finished(context=self.session.context, round=round_, best=best, best_latency_ms=latency)
 
-    def _job(self, candidate: Candidate, *, remeasure: bool = False) -> EvalJob:
+    def _job(self, candidate: Candidate, *, remeasure: int | None = None, compiled_reference: bool = False) -> EvalJob:
+        """The job evaluating `candidate` in the search, or in pass `remeasure` of the final re-measurement (built
+        and judged again in a fresh folder and process, on fresh inputs)."""
         workdir = self.store.candidate_dir(candidate.id)
-        if remeasure:  # built again and run in a fresh directory and process, on fresh inputs
-            workdir = workdir / "remeasure"
+        if remeasure is not None:
+            workdir = workdir / f"remeasure-{remeasure}"
         return new_job(
             self.session, candidate, contract=self.contract, toolchain=self.toolchain, roofline=self.roofline,
-            workdir=workdir, remeasure=remeasure,
+            workdir=workdir, remeasure=remeasure is not None, compiled_reference=compiled_reference,
         )
 
     def _record(self, job: EvalJob, evaluated: Evaluated) -> None:
@@ -377,10 +382,74 @@ class Engine:
             )
             log.info("baseline_evaluated", baseline=names[job.workdir], outcome=type(evaluated.evaluation).__name__)
 
-    def _remeasure(self, best: Candidate) -> Evaluated:
-        [(job, evaluated)] = list(self.session.executor.run([self._job(best, remeasure=True)], self.session.pipeline))
-        write_files(job.workdir, evaluated.files)
-        return evaluated
+    # --- the verdict -----------------------------------------------------------------------
+
+    def _finish(self) -> Candidate | None:
+        """The run's winner, recorded once (`RunFinished`). With `[run] remeasure`, the `finalists` best candidates
+        are measured again `remeasure_passes` times each, pass by pass, each pass in a rotated order (a busy or hot
+        spell falls on every finalist alike), every time in a fresh process on fresh inputs; the winner is the
+        finalist with the lowest re-measured median, and a finalist whose re-measurement is not `Measured` is out."""
+        by_id = {c.id: c for c, _ in self.history}
+        for event in self.store.events:
+            if isinstance(event, records.RunFinished):
+                return by_id.get(event.best_candidate_id) if event.best_candidate_id else None
+        incumbent = self.best()
+        if incumbent is None or not self.run.remeasure:
+            self.store.append(records.RunFinished(best_candidate_id=incumbent.id if incumbent else None))
+            return incumbent
+        finalists = self.parents(self.run.finalists)
+        done = {(e.candidate_id, e.pass_index): e for e in self.store.events if isinstance(e, records.Remeasured)}
+
+        def out(candidate: Candidate) -> bool:
+            return any(not isinstance(e.evaluation, Measured) for (cid, _), e in done.items() if cid == candidate.id)
+
+        for pass_index in range(self.run.remeasure_passes):
+            shift = pass_index % len(finalists)
+            jobs = [self._job(c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0])
+                    for c in finalists[shift:] + finalists[:shift] if (c.id, pass_index) not in done and not out(c)]
+            for job, evaluated in self.session.executor.run(jobs, self.session.pipeline):
+                write_files(job.workdir, evaluated.files)
+                event = records.Remeasured(candidate_id=job.candidate.id, pass_index=pass_index, evaluation=evaluated.evaluation,
+                                           wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s)
+                self.store.append(event)
+                done[(job.candidate.id, pass_index)] = event
+                log.info("finalist_remeasured", candidate=job.candidate.id, outcome=type(evaluated.evaluation).__name__,
+                         pass_index=pass_index)
+        standings = [standing(c.id, self._evaluation_of(c), [e.evaluation for (cid, _), e in sorted(done.items()) if cid == c.id])
+                     for c in finalists]
+        standings.sort(key=lambda f: (f.latency_ms is None, f.latency_ms or 0.0))
+        winner = standings[0] if standings[0].latency_ms is not None else None
+        remeasured = None
+        if winner is not None:
+            passes = sorted((e.evaluation for (cid, _), e in done.items() if cid == winner.candidate_id), key=lambda m: m.latency_ms)
+            remeasured = passes[len(passes) // 2]
+        self.store.append(records.RunFinished(best_candidate_id=winner.candidate_id if winner else None,
+                                              remeasured=remeasured, finalists=standings))
+        return by_id[winner.candidate_id] if winner else None
+
+
+def beats(challenger: Measured, incumbent: Measured) -> bool:
+    """Whether `challenger` is faster than `incumbent` beyond the noise of the two medians: by more than twice the
+    standard error of their difference, each median's error estimated from its own timed calls (σ ≈ (p90 - p10) / 2.56,
+    as for a normal spread; the error of a median ≈ 1.25 σ / √repeats)."""
+    def error(m: Measured) -> float:
+        return 1.2533 * (m.latency_p90_ms - m.latency_p10_ms) / 2.5631 / math.sqrt(max(1, m.repeats))
+
+    return incumbent.latency_ms - challenger.latency_ms > 2 * math.hypot(error(challenger), error(incumbent))
+
+
+def standing(candidate_id: str, in_search: Evaluation | None, passes: list[Evaluation]) -> records.Finalist:
+    """A finalist's `Finalist` record from its search evaluation and its re-measurements, in pass order: its figure is
+    the median of theirs (the slower of two), the spread their range; a re-measurement that is not `Measured` puts
+    it out, its reason kept."""
+    in_search_ms = in_search.latency_ms if isinstance(in_search, Measured) else float("nan")
+    failed = next((e for e in passes if not isinstance(e, Measured)), None)
+    if failed is not None or not passes:
+        reason = f"{type(failed).__name__}: {getattr(failed, 'reason', '')}" if failed else "not re-measured"
+        return records.Finalist(candidate_id=candidate_id, in_search_ms=in_search_ms, reason=reason)
+    figures = sorted(e.latency_ms for e in passes)
+    return records.Finalist(candidate_id=candidate_id, in_search_ms=in_search_ms, latency_ms=figures[len(figures) // 2],
+                            low_ms=figures[0], high_ms=figures[-1])
 
 
 def _nothing_left(round_: int, plan: records.Plan) -> records.CandidatesGenerated:
@@ -420,7 +489,7 @@ def candidate_id(source: str, contract: records.Contract, toolchain: dict) -> st
 
 def new_job(
     session: Session, candidate: Candidate, *, contract: records.Contract, toolchain: dict,
-    roofline: records.Roofline | None, workdir: Path, remeasure: bool = False,
+    roofline: records.Roofline | None, workdir: Path, remeasure: bool = False, compiled_reference: bool = False,
 ) -> EvalJob:
     """An evaluation job for `candidate`, its source written into `workdir`."""
     write_text_atomic(workdir / contract.source_filename, candidate.source)
@@ -436,6 +505,7 @@ def new_job(
         toolchain=toolchain,
         roofline=roofline,
         remeasure=remeasure,
+        compiled_reference=compiled_reference,
     )
 
 

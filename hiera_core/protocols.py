@@ -347,7 +347,10 @@ class EvalJob:
     measured: Measured | None = None
     """Set once a stage has measured the candidate; later stages (a profiler) refine it."""
     remeasure: bool = False
-    """True when the winner is measured again at the end of a run (fresh process, fresh seeds)."""
+    """True when a finalist is measured again at the end of a run (fresh process, fresh seeds)."""
+    compiled_reference: bool = False
+    """Also time the task's reference under `torch.compile` where the workload offers it: set on one job of the final
+    re-measurement (a property of the task, measured once a run)."""
 
     def worker_request(self) -> dict[str, Any]:
         """What a process outside the judge (a profiler's target) needs to rebuild the task's harness and load

@@ -377,12 +377,43 @@ class RoundFinished:
 
 
 @attrs.frozen(kw_only=True)
+class Remeasured:
+    """One finalist measured again at the end of the run (pass `pass_index` of `[run] remeasure_passes`), built
+    and judged in a fresh process on fresh inputs; the finalists' passes are interleaved."""
+
+    candidate_id: str
+    pass_index: int
+    evaluation: Evaluation
+    wall_s: float = 0.0
+    stage_s: dict[str, float] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Finalist:
+    """A finalist's standing after the final re-measurement."""
+
+    candidate_id: str
+    in_search_ms: float
+    """Its median in the search, the figure it was chosen by."""
+    latency_ms: float | None = None
+    """The median of its re-measurements' medians; None when one of them was not `Measured` (`reason` says why)."""
+    low_ms: float | None = None
+    high_ms: float | None = None
+    """The fastest and the slowest of its re-measurements (their medians): the spread between fresh processes."""
+    reason: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class RunFinished:
     best_candidate_id: str | None
+    """The winner: with a final re-measurement, the finalist with the lowest re-measured median; without, the best
+    of the search. None when no candidate (or no finalist) held up."""
     remeasured: Evaluation | None = None
-    """The winner measured again in a fresh process on fresh inputs."""
+    """The winner's re-measurement nearest its median (the slower one of two)."""
     remeasure_stage_s: dict[str, float] = attrs.field(factory=dict)
-    """Wall seconds per pipeline stage of that re-measurement."""
+    """Runs recorded before `Remeasured` events: wall seconds per stage of their one re-measurement."""
+    finalists: list[Finalist] = attrs.field(factory=list)
+    """Every finalist, the winner first, then by re-measured median; those that failed a re-measurement last."""
 
 
 @attrs.frozen(kw_only=True)
@@ -454,8 +485,8 @@ class RunPaused:
 
 
 Event = (
-    RunStarted | BaselineEvaluated | PlanMade | CandidatesGenerated | CandidateEvaluated | RoundFinished | RunFinished
-    | AgentCalled | RunPaused
+    RunStarted | BaselineEvaluated | PlanMade | CandidatesGenerated | CandidateEvaluated | RoundFinished | Remeasured
+    | RunFinished | AgentCalled | RunPaused
 )
 """One line of `trajectory.jsonl`."""
 

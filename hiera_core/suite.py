@@ -16,7 +16,7 @@ import attrs
 
 from hiera_core import records
 from hiera_core.records import Measured
-from hiera_core.report import BUDGETS, fast_p, save_figure
+from hiera_core.report import BUDGETS, compiled_reference, fast_p, save_figure
 from hiera_core.store import MANIFEST, RunDirError, RunStore
 
 
@@ -36,6 +36,7 @@ class TaskResult:
     best_speedup: dict[int, float | None]
     """Per budget B: the best speedup over the reference within the first B candidates (None: none valid)."""
     best_ms: float | None
+    """The winner's re-measured figure (the search's best where the run was not re-measured)."""
     reference_ms: float | None
     compiled_ms: float | None = None
     """The reference under `torch.compile`, from the final re-measurement (None where not measured)."""
@@ -69,9 +70,10 @@ def task_result(store: RunStore, budgets: tuple[int, ...] = BUDGETS) -> TaskResu
     group = manifest.task.workload + (f" level {level}" if level is not None else "")
     rows = fast_p(evaluated, budgets)
     measured = [e.evaluation for e in evaluated if isinstance(e.evaluation, Measured)]
-    best = min(measured, key=lambda m: m.latency_ms, default=None)
     finished = next((e for e in store.events if isinstance(e, records.RunFinished)), None)
-    remeasured = finished.remeasured if finished is not None else None
+    best = finished.remeasured if finished is not None and isinstance(finished.remeasured, Measured) else None
+    best = best or min(measured, key=lambda m: m.latency_ms, default=None)
+    compiled = compiled_reference(store.events)
     return TaskResult(
         group=group,
         policy=str(manifest.config.get("run", {}).get("space", "adaptive")),
@@ -82,7 +84,7 @@ def task_result(store: RunStore, budgets: tuple[int, ...] = BUDGETS) -> TaskResu
         best_speedup={row.budget: row.best_speedup for row in rows},
         best_ms=best.latency_ms if best else None,
         reference_ms=best.reference_latency_ms if best else None,
-        compiled_ms=remeasured.compiled_reference_latency_ms if isinstance(remeasured, Measured) else None,
+        compiled_ms=compiled.compiled_reference_latency_ms if compiled is not None else None,
         finished=finished is not None,
     )
 

@@ -94,8 +94,8 @@ class CudaRunConfig:
     """The reference is timed interleaved with the candidate until it has this much GPU time (and at least
     `min_reference_repeats` calls): a slow reference should not dominate evaluation."""
     compile_baseline: bool = True
-    """On the final re-measurement, also time the reference under `torch.compile` where the workload's harness
-    offers it (KernelBench's second baseline); its compilation runs once per task, in the judge."""
+    """On one job of the final re-measurement, also time the reference under `torch.compile` where the workload's
+    harness offers it (KernelBench's second baseline); its compilation runs once per run, in that judge."""
     compile_baseline_timeout_s: float = 600.0
     """Added to that judge's `timeout_s` for the compilation (minutes for a level 3 model)."""
 
@@ -111,7 +111,7 @@ class CudaRun:
         self.config = config
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
-        compile_baseline = self.config.compile_baseline and job.remeasure
+        compile_baseline = self.config.compile_baseline and job.compiled_reference
         memory = int(self.config.memory_gib * 2**30)
         request = JudgeRequest(
             workload_factory=job.workload_factory, workload_config=job.workload_config, task=job.task,

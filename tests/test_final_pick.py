@@ -1,0 +1,82 @@
+"""The winner without the winner's curse: the incumbent changes only beyond the noise, and the final figure comes
+from finalists measured again in fresh processes, interleaved, not from the search's fastest median."""
+
+import json
+import subprocess
+import sys
+import types
+
+from hiera_core import records
+from hiera_core.engine import Engine, beats, standing
+from hiera_core.store import RunStore
+
+
+def measured(ms: float, spread: float = 0.0, repeats: int = 50) -> records.Measured:
+    return records.Measured(latency_ms=ms, latency_p10_ms=ms - spread, latency_p90_ms=ms + spread, repeats=repeats,
+                            reference_latency_ms=10.0, max_abs_error=0.0)
+
+
+def candidate(name: str) -> records.Candidate:
+    return records.Candidate(id=name, source=name, space="pure_cuda", round=1)
+
+
+def test_a_child_replaces_the_incumbent_only_when_faster_beyond_the_noise():
+    noisy = measured(1.00, spread=0.10, repeats=10)  # the median's error is about 0.03 ms
+    assert not beats(measured(0.97, spread=0.10, repeats=10), noisy)
+    assert beats(measured(0.85, spread=0.10, repeats=10), noisy)
+    assert beats(measured(0.99), measured(1.00))  # no spread: any gain counts
+    history = [(candidate("first"), measured(1.00, 0.1, 10)), (candidate("wrong"), records.Crashed(reason="x")),
+               (candidate("within-noise"), measured(0.97, 0.1, 10)), (candidate("slower"), measured(1.3, 0.1, 10))]
+    engine = types.SimpleNamespace(history=history)
+    assert [c.id for c in Engine.parents(engine, 3)] == ["first", "within-noise", "slower"]
+    history.append((candidate("clearly-faster"), measured(0.8, 0.1, 10)))
+    assert [c.id for c in Engine.parents(engine, 2)] == ["clearly-faster", "within-noise"]
+
+
+def test_a_finalist_is_out_when_any_of_its_remeasurements_is_not_valid():
+    out = standing("a", measured(1.0), [measured(1.1), records.Incorrect(reason="timed call 3: max abs error 0.5")])
+    assert out.latency_ms is None and "Incorrect: timed call 3" in out.reason
+    kept = standing("b", measured(1.0), [measured(1.2), measured(1.1), measured(1.4)])
+    assert (kept.latency_ms, kept.low_ms, kept.high_ms, kept.in_search_ms) == (1.2, 1.1, 1.4, 1.0)
+    assert standing("c", measured(1.0), [measured(1.1), measured(1.3)]).latency_ms == 1.3  # the slower of two
+
+
+def hiera(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "hiera_core.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_the_winner_and_its_figure_come_from_interleaved_remeasurements_and_a_resume_redoes_none(tmp_path):
+    run = ["--workload", "stencil2d", "--arch", "host", "--rounds", "1", "--population", "2", "--run-dir", "run",
+           "--set", "workload.stencil2d.host_n=48", "--set", "run.baselines=false", "--set", "run.finalists=2",
+           "--set", "run.remeasure_passes=2"]
+    done = hiera(*run, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    store = RunStore.open(tmp_path / "run")
+    remeasured = [e for e in store.events if isinstance(e, records.Remeasured)]
+    finished = store.events[-1]
+    assert isinstance(finished, records.RunFinished)
+    order = [(e.candidate_id, e.pass_index) for e in remeasured]
+    a, b = order[0][0], order[1][0]
+    assert order == [(a, 0), (b, 0), (b, 1), (a, 1)]  # the second pass starts with the other finalist
+    assert all(isinstance(e.evaluation, records.Measured) for e in remeasured)
+    assert all((tmp_path / "run" / "candidates" / cid / f"remeasure-{p}" / "judge.log").is_file() for cid, p in order)
+
+    figures = {cid: sorted(e.evaluation.latency_ms for e in remeasured if e.candidate_id == cid)[1] for cid in (a, b)}
+    winner = min(figures, key=figures.get)
+    assert finished.best_candidate_id == winner
+    assert finished.remeasured.latency_ms == figures[winner] == finished.finalists[0].latency_ms
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert f"**{figures[winner]:.3f} ms**, re-measured 2 times in fresh processes" in report
+    assert "## Finalists" in report and f"| `{winner}` |" in report
+    assert f"best {figures[winner]:.3f} ms re-measured" in done.stdout
+
+    # killed during the last re-measurement: a resume measures only what is missing, and names the same winner
+    lines = (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()
+    (tmp_path / "run" / "trajectory.jsonl").write_text("\n".join(lines[:-2]) + "\n")
+    resumed = hiera("resume", "run", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    again = RunStore.open(tmp_path / "run")
+    redone = [e for e in again.events if isinstance(e, records.Remeasured)]
+    assert [(e.candidate_id, e.pass_index) for e in redone] == order
+    assert [json.dumps(str(e)) for e in redone[:3]] == [json.dumps(str(e)) for e in remeasured[:3]]
+    assert sum(isinstance(e, records.RunFinished) for e in again.events) == 1
