@@ -384,6 +384,37 @@ def bound_timing(in_process_ms: Sequence[float], wall_ms: Sequence[float], overh
     return TimingBound(consistent=True, reason=description)
 
 
+class OtherLoad:
+    """How much of the machine's CPU time other processes took over an interval: the machine's busy time
+    (`/proc/stat`) less this process's (the judge's) and the runner's own (`/proc/<pid>/stat`), in cores. A
+    candidate timed while that is high measured slow: the judge says so (`Measured.disturbed`)."""
+
+    def __init__(self, runner_pid: int) -> None:
+        self.pid = runner_pid
+        self.start = self._read()
+
+    def _read(self) -> tuple[float, float, float, float] | None:
+        try:
+            with open("/proc/stat") as handle:
+                ticks = [int(v) for v in handle.readline().split()[1:9]]
+            with open(f"/proc/{self.pid}/stat") as handle:
+                fields = handle.read().rpartition(")")[2].split()
+        except (OSError, ValueError):
+            return None
+        tick = os.sysconf("SC_CLK_TCK")
+        busy = (sum(ticks) - ticks[3] - ticks[4]) / tick  # all but idle and iowait
+        runner = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        return busy, time.process_time(), runner, time.perf_counter()
+
+    def cores(self) -> float | None:
+        """Other processes' cores, on average, since this was made; None where /proc cannot tell."""
+        end = self._read()
+        if self.start is None or end is None or end[3] - self.start[3] <= 0:
+            return None
+        busy, judge, runner, wall = (b - a for a, b in zip(self.start, end))
+        return max(0.0, (busy - judge - runner) / wall)
+
+
 def quantile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

@@ -186,6 +186,9 @@ class Measured:
     re-measurement where the workload offers it (None otherwise)."""
     compiled_reference_note: str = ""
     """Why there is no `torch.compile` figure where one was asked for (its compilation failed, ...)."""
+    disturbed: str = ""
+    """What disturbed the timing, in the judge's words (other processes keeping the machine's cores busy, ...): the
+    figure may read slow. Empty when nothing the judge watches did."""
 
     @property
     def speedup_vs_reference(self) -> float:
@@ -533,6 +536,8 @@ class Judged:
     aten_ops: list[str] = attrs.field(factory=list)
     compiled_reference_latency_ms: float | None = None
     compiled_reference_note: str = ""
+    disturbed: str = ""
+    """What disturbed the timing (`Measured.disturbed`)."""
 
     def measured(self, *, compile_s: float, profile: Profile | None,
                  resources: dict[str, dict[str, int]] | None = None) -> Measured:
@@ -552,6 +557,7 @@ class Judged:
             resources=resources or {},
             compiled_reference_latency_ms=self.compiled_reference_latency_ms,
             compiled_reference_note=self.compiled_reference_note,
+            disturbed=self.disturbed,
         )
 
 

@@ -269,6 +269,11 @@ def write_report(store: RunStore) -> Path:
                 f" compute {roofline.compute_floor_ms:.3f} ms ({roofline.flops / 1e6:.1f} MFLOP at {roofline.peak_gflops:.1f} GFLOP/s);"
                 f" the best runs at {roofline.floor_ms / shown.latency_ms:.0%} of the floor"
             )
+        disturbed = [e for e in measured if e.evaluation.disturbed]
+        if disturbed:
+            lines.append(f"- {len(disturbed)} of {len(measured)} valid candidates were timed while the machine was disturbed"
+                         f" (e.g. `{disturbed[0].candidate.id}`: {inline(disturbed[0].evaluation.disturbed)}); their figures may read"
+                         " slow, and the search may have passed them over")
         if b.reference_engine:
             lines.append(f"- correctness judged against {b.reference_engine}; timing bound: {b.timing_bound or 'none'}")
         if finished is not None and finished.remeasured is not None and not finished.finalists:
@@ -282,7 +287,8 @@ def write_report(store: RunStore) -> Path:
         elif compiled is not None:
             lines.append(f"- the reference under torch.compile: not measured ({compiled.compiled_reference_note})")
     if finished is not None and finished.finalists:
-        lines += _finalists_section(finished, {e.candidate.id: e.candidate for e in evaluated})
+        busy = {e.candidate_id for e in events if isinstance(e, records.Remeasured) and getattr(e.evaluation, "disturbed", "")}
+        lines += _finalists_section(finished, {e.candidate.id: e.candidate for e in evaluated}, busy)
     lines += _baselines_section(baselines, shown if best else None, roofline)
 
     lines += [
@@ -323,7 +329,8 @@ def write_report(store: RunStore) -> Path:
     lines += ["| id | round | space | dir | origin | outcome |", "|---|---|---|---|---|---|"]
     for e in evaluated:
         ev = e.evaluation
-        outcome = f"{ev.latency_ms:.3f} ms" if isinstance(ev, Measured) else f"{type(ev).__name__}: {_reason(ev)}"
+        outcome = (f"{ev.latency_ms:.3f} ms{' (disturbed)' if ev.disturbed else ''}" if isinstance(ev, Measured)
+                   else f"{type(ev).__name__}: {_reason(ev)}")
         lines.append(
             f"| `{e.candidate.id}` | {e.candidate.round} | {e.candidate.space} | {e.candidate.direction or '-'} |"
             f" {inline(e.candidate.origin) or '-'} | {outcome} |"
@@ -345,7 +352,8 @@ def compiled_reference(events: list[records.Event]) -> Measured | None:
                  and (m.compiled_reference_latency_ms is not None or m.compiled_reference_note)), None)
 
 
-def _finalists_section(finished: records.RunFinished, candidates: dict[str, records.Candidate]) -> list[str]:
+def _finalists_section(finished: records.RunFinished, candidates: dict[str, records.Candidate], busy: set[str]) -> list[str]:
+    """The Finalists table; `busy`: the finalists one of whose re-measurements was disturbed."""
     lines = [
         "",
         "## Finalists",
@@ -363,7 +371,8 @@ def _finalists_section(finished: records.RunFinished, candidates: dict[str, reco
             lines.append(f"| `{f.candidate_id}` | {round_} | {f.in_search_ms:.3f} | - | - | out: {inline(f.reason, limit=120)} |")
             continue
         verdict = "**winner**" if i == 0 and f.candidate_id == finished.best_candidate_id else f"{f.latency_ms / finished.finalists[0].latency_ms:.2f}× the winner's time"
-        lines.append(f"| `{f.candidate_id}` | {round_} | {f.in_search_ms:.3f} | {f.latency_ms:.3f} | {f.low_ms:.3f}–{f.high_ms:.3f} | {verdict} |")
+        mark = " (disturbed)" if f.candidate_id in busy else ""
+        lines.append(f"| `{f.candidate_id}` | {round_} | {f.in_search_ms:.3f} | {f.latency_ms:.3f}{mark} | {f.low_ms:.3f}–{f.high_ms:.3f} | {verdict} |")
     return lines
 
 

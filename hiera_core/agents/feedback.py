@@ -53,6 +53,8 @@ def profile_summary(evaluation: Evaluation | None, directions: dict[str, Any]) -
         f" {evaluation.repeats} timed calls); the reference takes {evaluation.reference_latency_ms:.4g} ms"
         f" ({evaluation.speedup_vs_reference:.2f}x)"
     ]
+    if evaluation.disturbed:
+        lines.append(f"timing disturbed: {evaluation.disturbed}; this figure may read slow")
     profile = evaluation.profile
     if profile is None:
         return "\n".join(lines)
@@ -87,7 +89,7 @@ def execution_feedback(evaluation: Evaluation, source: str = "", filename: str =
     if isinstance(evaluation, Measured):
         return (
             f"correct; {evaluation.latency_ms:.4g} ms, the reference takes {evaluation.reference_latency_ms:.4g} ms"
-            f" ({evaluation.speedup_vs_reference:.2f}x)"
+            f" ({evaluation.speedup_vs_reference:.2f}x)" + (f"; timing disturbed: {evaluation.disturbed}" if evaluation.disturbed else "")
         )
     if isinstance(evaluation, CompileFailed):
         log = _short_paths(evaluation.log, filename)

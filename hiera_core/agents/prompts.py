@@ -131,6 +131,8 @@ def _measured_briefly(evaluation: Evaluation, signals: int = 3) -> str:
         f"{evaluation.latency_ms:.4g} ms (p10 {evaluation.latency_p10_ms:.4g}, p90 {evaluation.latency_p90_ms:.4g}),"
         f" {evaluation.speedup_vs_reference:.2f}x the reference"
     )
+    if evaluation.disturbed:
+        line += " (timed while the machine was busy: may read slow)"
     profile = evaluation.profile
     if profile is not None and profile.signals:
         weakest = sorted(profile.signals.items(), key=lambda item: (item[1], item[0]))[:signals]

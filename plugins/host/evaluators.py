@@ -72,6 +72,9 @@ class HostRunConfig:
     """The share of timed calls (each on fresh inputs) whose output the judge checks, chosen in secret; at least two."""
     memory_gib: float = 8.0
     """The candidate's sandbox may use this much memory (judge included)."""
+    busy_cores: float = 0.25
+    """Other processes using this many of the machine's cores on average while a candidate is timed: its figure is
+    marked as disturbed (`Measured.disturbed`), in the report and in the prompts."""
 
 
 class HostRun:

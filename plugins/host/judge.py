@@ -168,6 +168,7 @@ class Judge:
 
         checked = set(self.random.sample(range(s["min_repeats"]), min(2, s["min_repeats"])))
         times, walls, cpu, reference_times = [], [], [], []
+        load = judging.OtherLoad(self.runner.process.pid)
         started = time.perf_counter()
 
         def more() -> bool:
@@ -195,6 +196,7 @@ class Judge:
                 t0 = time.perf_counter()
                 h.reference(timing_case, inputs)
                 reference_times.append((time.perf_counter() - t0) * 1e3)
+        other_cores = load.cores()
         bound = judging.bound_timing(times, walls, overhead)
         latency = statistics.median(times)
         if not bound.consistent:
@@ -214,6 +216,10 @@ class Judge:
             cache_runs.append((reply.in_process_ms, reply.cpu_ms))
         cache_wall = statistics.median(w for w, _ in cache_runs)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        disturbed = ""
+        if other_cores is not None and other_cores >= s["busy_cores"]:
+            disturbed = (f"other processes kept {other_cores:.2f} of the machine's {os.cpu_count()} cores busy while it was"
+                         " timed")
         return Judged(
             latency_ms=latency,
             latency_p10_ms=judging.quantile(times, 0.1),
@@ -225,6 +231,7 @@ class Judge:
             timing_bound=bound.reason,
             reference_engine=getattr(h, "reference_engine", ""),
             checked_timed_calls=len(checked),
+            disturbed=disturbed,
             metrics={  # from the runner's CPU clock: a planning signal, not a verdict
                 "cpu_utilization_fraction": sum(cpu) / sum(times) / cores,
                 "cache_cpu_utilization_fraction": sum(c for _, c in cache_runs) / sum(w for w, _ in cache_runs) / cores,
@@ -232,6 +239,7 @@ class Judge:
                 "cache_ns_per_point": cache_wall * 1e6 / h.points(cache_case),
                 "task_points": h.points(timing_case),
                 "cores": cores,
+                **({"other_load_cores": other_cores} if other_cores is not None else {}),
             },
         )
 

@@ -1,13 +1,19 @@
-"""The winner without the winner's curse: the incumbent changes only beyond the noise, and the final figure comes
-from finalists measured again in fresh processes, interleaved, not from the search's fastest median."""
+"""Figures that repeat: the incumbent changes only beyond the noise, the final figure comes from finalists measured
+again in fresh processes, interleaved, not from the search's fastest median, and a timing taken while other
+processes kept the machine busy says so."""
 
 import json
+import os
 import subprocess
 import sys
 import types
 
 from hiera_core import records
-from hiera_core.engine import Engine, beats, standing
+from hiera_core.agents.feedback import profile_summary
+from hiera_core.config import load_config
+from hiera_core.engine import Engine, beats, evaluate_source, standing
+from hiera_core.plugins import make_plugin_manager
+from hiera_core.session import Session
 from hiera_core.store import RunStore
 
 
@@ -80,3 +86,19 @@ def test_the_winner_and_its_figure_come_from_interleaved_remeasurements_and_a_re
     assert [(e.candidate_id, e.pass_index) for e in redone] == order
     assert [json.dumps(str(e)) for e in redone[:3]] == [json.dumps(str(e)) for e in remeasured[:3]]
     assert sum(isinstance(e, records.RunFinished) for e in again.events) == 1
+
+
+def test_a_candidate_timed_while_other_processes_keep_the_cores_busy_is_marked_and_the_prompt_says_so(tmp_path):
+    config = load_config(tmp_path, environ={}, cli={"arch": "host"}, overrides=["workload.stencil2d.host_n=96"])
+    session = Session.create(config, make_plugin_manager())
+    source, _, _ = session.workload.seed(session.task, "host")
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        _, evaluation = evaluate_source(session, source, space="pure_cuda", workdir=tmp_path / "busy")
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    assert isinstance(evaluation, records.Measured), evaluation
+    assert "other processes kept" in evaluation.disturbed and evaluation.profile.metrics["other_load_cores"] >= 0.25
+    assert "timing disturbed: other processes kept" in profile_summary(evaluation, {})
