@@ -343,6 +343,7 @@ class Engine:
         write_text_atomic(job.workdir / "evaluation.json", evaluation_to_json(evaluation))
         event = records.CandidateEvaluated(
             candidate=candidate, evaluation=evaluation, wall_s=evaluated.wall_s, stage_s=evaluated.stage_s,
+            timeline=evaluated.timeline,
         )
         self.store.append(event)
         self.recorded[candidate.id] = event
@@ -377,7 +378,7 @@ class Engine:
             self.store.append(
                 records.BaselineEvaluated(
                     name=names[job.workdir], candidate=job.candidate, evaluation=evaluated.evaluation,
-                    wall_s=round(evaluated.wall_s, 4),
+                    wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s, timeline=evaluated.timeline,
                 )
             )
             log.info("baseline_evaluated", baseline=names[job.workdir], outcome=type(evaluated.evaluation).__name__)
@@ -410,7 +411,8 @@ class Engine:
             for job, evaluated in self.session.executor.run(jobs, self.session.pipeline):
                 write_files(job.workdir, evaluated.files)
                 event = records.Remeasured(candidate_id=job.candidate.id, pass_index=pass_index, evaluation=evaluated.evaluation,
-                                           wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s)
+                                           wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s,
+                                           timeline=evaluated.timeline)
                 self.store.append(event)
                 done[(job.candidate.id, pass_index)] = event
                 log.info("finalist_remeasured", candidate=job.candidate.id, outcome=type(evaluated.evaluation).__name__,

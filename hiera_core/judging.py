@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -72,16 +73,34 @@ _ESCAPES = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|
 # --- hiera's side --------------------------------------------------------------------------------
 
 
+_holds = threading.local()
+
+
 @contextlib.contextmanager
 def device_lock(name: str):
     """One process at a time on a device (`gpu-0`, ...), across threads and hiera processes: what holds it times
-    or profiles undisturbed."""
+    or profiles undisturbed. Each hold's interval goes to the thread's `recording_holds` list, if one is open."""
     with open(Path(tempfile.gettempdir()) / f"hiera-{name}.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        start = time.time()
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+            held = getattr(_holds, "intervals", None)
+            if held is not None:
+                held.append((round(start, 4), round(time.time(), 4)))
+
+
+@contextlib.contextmanager
+def recording_holds():
+    """The (start, end) Unix seconds of every device hold this thread takes inside the block (one job's stages)."""
+    previous = getattr(_holds, "intervals", None)
+    _holds.intervals = []
+    try:
+        yield _holds.intervals
+    finally:
+        _holds.intervals = previous
 
 
 def run_judge(

@@ -24,6 +24,7 @@ import structlog
 from hiera_core import records, sandbox
 from hiera_core.config import HieraConfig, RunConfig, config_from_table, structure
 from hiera_core.errors import HieraError
+from hiera_core.judging import recording_holds
 from hiera_core.plugins import collect, make_plugin_manager
 from hiera_core.protocols import Architecture, EvalJob, Evaluator, StagePassed
 from hiera_core.records import Evaluation, Measured
@@ -73,6 +74,8 @@ class Evaluated:
     """Wall seconds of each stage that ran, by name (`space-check`, then the evaluators')."""
     wall_s: float = 0.0
     """Wall seconds of the whole evaluation."""
+    timeline: records.Timeline = attrs.field(factory=records.Timeline)
+    """When each stage started and when the job held the device (Unix seconds)."""
     files: dict[str, str] = attrs.field(factory=dict)
     """Text files the stages wrote when the job ran elsewhere (build and judge logs), by path relative to the job's
     workdir; the engine writes them into the run's candidate folder. Empty when the job ran in the run's process."""
@@ -119,15 +122,21 @@ class Pipeline:
         """Evaluate one job in this process (from an executor's thread)."""
         started = time.perf_counter()
         stage_s: dict[str, float] = {}
-        evaluation = self.stages(job, stage_s)
-        return Evaluated(evaluation=evaluation, stage_s=stage_s, wall_s=time.perf_counter() - started)
+        stage_at: dict[str, float] = {}
+        with recording_holds() as held:
+            evaluation = self.stages(job, stage_s, stage_at=stage_at)
+        return Evaluated(evaluation=evaluation, stage_s=stage_s, wall_s=time.perf_counter() - started,
+                         timeline=records.Timeline(stage_at=stage_at, device_held=list(held)))
 
-    def stages(self, job: EvalJob, stage_s: dict[str, float] | None = None, *, device: bool = True) -> Evaluation | StagePassed:
+    def stages(self, job: EvalJob, stage_s: dict[str, float] | None = None, *, device: bool = True,
+               stage_at: dict[str, float] | None = None) -> Evaluation | StagePassed:
         """The pipeline for one candidate: its space's static check, then the architecture's stages in order (see
         `protocols.Evaluator.order`). `stage_s`, when given, receives the wall seconds of each stage that ran, by
-        name. `device=False` stops before the first stage that holds the device and returns that stage's input
-        (`StagePassed`)."""
+        name, and `stage_at` when each started (Unix seconds). `device=False` stops before the first stage that holds
+        the device and returns that stage's input (`StagePassed`)."""
         stage_s = {} if stage_s is None else stage_s
+        stage_at = {} if stage_at is None else stage_at
+        stage_at[SPACE_CHECK] = round(time.time(), 4)
         started = time.perf_counter()
         reason = self.arch.check_source(job.candidate.source, job.space_rank)
         stage_s[SPACE_CHECK] = round(time.perf_counter() - started, 4)
@@ -136,6 +145,7 @@ class Pipeline:
         for evaluator in self.evaluators:
             if not device and getattr(evaluator, "holds_device", False):
                 return StagePassed(job=job)
+            stage_at[evaluator.name] = round(time.time(), 4)
             started = time.perf_counter()
             try:
                 result = evaluator.evaluate(job)
@@ -235,12 +245,15 @@ def evaluate_elsewhere(request: dict[str, Any], workdir: Path) -> dict[str, Any]
     job = attrs.evolve(decoded.job, workdir=workdir)
     write_text_atomic(workdir / job.contract.source_filename, job.candidate.source)
     stage_s: dict[str, float] = {}
-    result = rebuild(decoded.recipe).stages(job, stage_s, device=decoded.device)
+    stage_at: dict[str, float] = {}
+    with recording_holds() as held:
+        result = rebuild(decoded.recipe).stages(job, stage_s, device=decoded.device, stage_at=stage_at)
     wall_s = time.perf_counter() - started
     if isinstance(result, StagePassed):
         return {"pending": to_dict(DevicePending(stage_s=stage_s, wall_s=wall_s))}
     files = written_files(workdir, skip={job.contract.source_filename})
-    return {"evaluated": to_dict(Evaluated(evaluation=result, stage_s=stage_s, wall_s=wall_s, files=files))}
+    timeline = records.Timeline(stage_at=stage_at, device_held=list(held))
+    return {"evaluated": to_dict(Evaluated(evaluation=result, stage_s=stage_s, wall_s=wall_s, files=files, timeline=timeline))}
 
 
 def weaker_sandbox(run: records.Protection | None, here: records.Protection) -> str:

@@ -342,11 +342,23 @@ class CandidatesGenerated:
 
 
 @attrs.frozen(kw_only=True)
+class Timeline:
+    """When one evaluation's stages ran, for the report's timeline: Unix seconds, on the clock of the machine that
+    evaluated it."""
+
+    stage_at: dict[str, float] = attrs.field(factory=dict)
+    """When each stage started, by name (its length is in `stage_s`)."""
+    device_held: list[tuple[float, float]] = attrs.field(factory=list)
+    """(start, end) of every hold of the device lock (`judging.device_lock`): the time the job had the device."""
+
+
+@attrs.frozen(kw_only=True)
 class CandidateEvaluated:
     candidate: Candidate
     evaluation: Evaluation
     wall_s: float
     stage_s: dict[str, float] = attrs.field(factory=dict)
+    timeline: Timeline = attrs.field(factory=Timeline)
     """Wall seconds per pipeline stage, by name: `space-check`, then each evaluator that ran."""
 
 
@@ -370,6 +382,8 @@ class BaselineEvaluated:
     candidate: Candidate
     evaluation: Evaluation
     wall_s: float
+    stage_s: dict[str, float] = attrs.field(factory=dict)
+    timeline: Timeline = attrs.field(factory=Timeline)
 
 
 @attrs.frozen(kw_only=True)
@@ -389,6 +403,7 @@ class Remeasured:
     evaluation: Evaluation
     wall_s: float = 0.0
     stage_s: dict[str, float] = attrs.field(factory=dict)
+    timeline: Timeline = attrs.field(factory=Timeline)
 
 
 @attrs.frozen(kw_only=True)

@@ -137,7 +137,76 @@ def agent_costs(events: list[records.Event], roles: tuple[str, ...] = ("ssda", "
     )
 
 
-def _costs_section(events: list[records.Event]) -> list[str]:
+@attrs.frozen(kw_only=True)
+class TimelineRow:
+    """One evaluation on the run's timeline: seconds since the run started."""
+
+    label: str
+    stages: list[tuple[str, float, float]]
+    """(stage, start, length) of each stage that ran."""
+    device_held: list[tuple[float, float]]
+    """(start, length) of each hold of the device."""
+
+
+@attrs.frozen(kw_only=True)
+class Timeline:
+    rows: list[TimelineRow]
+    span_s: float
+    """From the run's start to its end (or its last record)."""
+    held_s: float
+    """How long some evaluation held the device (the union of the holds)."""
+    from_first_s: float
+    """From the first hold to the run's end."""
+
+    @property
+    def busy_share(self) -> float:
+        return self.held_s / self.span_s if self.span_s > 0 else 0.0
+
+    @property
+    def busy_share_after_first(self) -> float:
+        return self.held_s / self.from_first_s if self.from_first_s > 0 else 0.0
+
+
+def timeline(events: list[records.Event], times: list[float | None]) -> Timeline | None:
+    """The run's evaluations on one clock (the stages' own, Unix seconds), from when the run started (its first record)
+    to its end; None for a run recorded without times."""
+    if not times or times[0] is None:
+        return None
+    start = times[0]
+    end = next((t for e, t in zip(events, times) if isinstance(e, records.RunFinished) and t is not None), None)
+    end = end or max(t for t in times if t is not None)
+    rows, holds = [], []
+    for event in events:
+        if not isinstance(event, records.CandidateEvaluated | records.BaselineEvaluated | records.Remeasured):
+            continue
+        at = event.timeline.stage_at
+        if not at:
+            continue
+        if isinstance(event, records.Remeasured):
+            label = f"{event.candidate_id[:8]} re-measure {event.pass_index}"
+        elif isinstance(event, records.BaselineEvaluated):
+            label = f"baseline {event.name}"
+        else:
+            label = f"{event.candidate.id[:8]} round {event.candidate.round}"
+        stages = [(name, at[name] - start, event.stage_s.get(name, 0.0)) for name in at]
+        held = [(a - start, b - a) for a, b in event.timeline.device_held]
+        holds += [(a, b) for a, b in event.timeline.device_held]
+        rows.append(TimelineRow(label=label, stages=stages, device_held=held))
+    if not rows:
+        return None
+    held_s, first, reach = 0.0, None, None
+    for a, b in sorted(holds):
+        first = a if first is None else first
+        if reach is None or a > reach:
+            held_s += b - a
+            reach = b
+        elif b > reach:
+            held_s += b - reach
+            reach = b
+    return Timeline(rows=rows, span_s=end - start, held_s=held_s, from_first_s=end - first if first is not None else 0.0)
+
+
+def _costs_section(events: list[records.Event], line: Timeline | None = None) -> list[str]:
     evaluated = [e for e in events if isinstance(e, records.CandidateEvaluated)]
     finished = next((e for e in events if isinstance(e, records.RunFinished)), None)
     started = next((e for e in events if isinstance(e, records.RunStarted)), None)
@@ -161,7 +230,11 @@ def _costs_section(events: list[records.Event]) -> list[str]:
         "",
     ]
     device_stages = started.device_stages if started else []
-    if device_stages:
+    if line is not None and line.held_s > 0:
+        lines.append(f"The device was held {line.held_s:.1f} s of the run's {line.span_s:.1f} s wall ({line.busy_share:.0%}),"
+                     f" {line.busy_share_after_first:.0%} from its first hold on (by {', '.join(device_stages) or 'the device stages'};"
+                     " a stage's time also holds its start-up and its wait for the device). Timeline: plots/timeline.png.")
+    elif device_stages:
         device_s = sum(stages.get(stage, 0.0) for stage in device_stages)
         lines.append(f"Device-seconds: {device_s:.2f} (the stages that hold the device: {', '.join(device_stages)}).")
     else:
@@ -322,7 +395,8 @@ def write_report(store: RunStore) -> Path:
             f"| {row.budget} | {row.evaluated} | {int(row.fast_0)} | {int(row.fast_1)} | {int(row.fast_2)} | {speedup} |"
         )
 
-    lines += _costs_section(events)
+    line = timeline(events, store.times)
+    lines += _costs_section(events, line)
 
     outcomes = Counter(type(e.evaluation).__name__ for e in evaluated)
     lines += ["", "## Candidates", "", "Outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())), ""]
@@ -338,6 +412,8 @@ def write_report(store: RunStore) -> Path:
     plot = _plot(store.path, rows, evaluated, roofline, baselines)
     if plot is not None:
         lines += ["", f"![best latency per round]({plot.relative_to(store.path)})"]
+    if line is not None:
+        lines += ["", f"![timeline of the run's evaluations]({_plot_timeline(store.path, line).relative_to(store.path)})"]
     path = store.path / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -443,6 +519,33 @@ def _plot(
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return save_figure(fig, run_dir / "plots" / "best_latency.png")
+
+
+def _plot_timeline(run_dir: Path, line: Timeline) -> Path:
+    """plots/timeline.png: one row per evaluation, a bar per stage, the device holds in black beneath."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(name for row in line.rows for name, _, _ in row.stages))
+    colors = {name: f"C{i % 10}" for i, name in enumerate(names)}
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.22 * len(line.rows)), dpi=110)
+    for y, row in enumerate(line.rows):
+        for name, start, length in row.stages:
+            ax.broken_barh([(start, max(length, line.span_s / 2000))], (y - 0.35, 0.5), color=colors[name])
+        ax.broken_barh(row.device_held, (y + 0.2, 0.15), color="black")
+    for name in names:
+        ax.bar(0, 0, color=colors[name], label=name)
+    ax.bar(0, 0, color="black", label="device held")
+    ax.set_yticks(range(len(line.rows)), [row.label for row in line.rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the run started")
+    ax.set_title(f"device held {line.held_s:.1f} s of {line.span_s:.1f} s ({line.busy_share:.0%};"
+                 f" {line.busy_share_after_first:.0%} from the first hold)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(axis="x", alpha=0.3)
+    return save_figure(fig, run_dir / "plots" / "timeline.png")
 
 
 def save_figure(fig, path: Path) -> Path:

@@ -47,17 +47,25 @@ def from_dict(data: Any, cls: type[T] | Any) -> T:
     return get_converter().structure(data, cls)
 
 
-def event_to_line(event: records.Event) -> str:
-    data = {"schema_version": records.SCHEMA_VERSION, **to_dict(event, records.Event)}
+def event_to_line(event: records.Event, at: float | None = None) -> str:
+    """One trajectory line: the event, the schema's version and, given `at`, when it was recorded (Unix seconds)."""
+    data = {"schema_version": records.SCHEMA_VERSION, **({"at": round(at, 3)} if at is not None else {}),
+            **to_dict(event, records.Event)}
     return json.dumps(data, sort_keys=True)
 
 
 def event_from_line(line: str) -> records.Event:
+    return timed_event_from_line(line)[0]
+
+
+def timed_event_from_line(line: str) -> tuple[records.Event, float | None]:
+    """The event of a trajectory line and when it was recorded (None for a line without the time)."""
     data = json.loads(line)
     version = data.pop("schema_version", None)
+    at = data.pop("at", None)
     if version != records.SCHEMA_VERSION:
         raise SchemaMismatch(f"record schema {version}, this hiera reads {records.SCHEMA_VERSION}")
-    return from_dict(data, records.Event)
+    return from_dict(data, records.Event), at
 
 
 def evaluation_to_json(evaluation: records.Evaluation) -> str:

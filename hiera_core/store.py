@@ -38,10 +38,13 @@ def new_run_id() -> str:
 class RunStore:
     """Reads and appends to one run directory."""
 
-    def __init__(self, path: Path, manifest: records.RunManifest, events: list[records.Event]):
+    def __init__(self, path: Path, manifest: records.RunManifest, events: list[records.Event],
+                 times: list[float | None] | None = None):
         self.path = path.resolve()
         self.manifest = manifest
         self.events = events
+        self.times = times if times is not None else [None] * len(events)
+        """When each event was recorded (Unix seconds; None for lines written before hiera recorded it)."""
         self._lock = None
 
     def lock(self) -> None:
@@ -84,27 +87,31 @@ class RunStore:
         if data.get("schema_version") != records.SCHEMA_VERSION:
             raise RunDirError(f"{manifest_path}: schema {data.get('schema_version')}, this hiera reads {records.SCHEMA_VERSION}")
         manifest = serialization.from_dict(data, records.RunManifest)
-        events = []
+        events, times = [], []
         lines = (path / TRAJECTORY).read_text().splitlines() if (path / TRAJECTORY).exists() else []
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                events.append(serialization.event_from_line(line))
+                event, at = serialization.timed_event_from_line(line)
+                events.append(event)
+                times.append(at)
             except (json.JSONDecodeError, ValueError) as exc:
                 if number == len(lines):  # the process was killed while writing this line
                     log.warning("trajectory_tail_dropped", line=number, error=str(exc))
                     _truncate_last_line(path / TRAJECTORY)
                     break
                 raise RunDirError(f"{path / TRAJECTORY}:{number}: unreadable record: {exc}") from exc
-        return cls(path, manifest, events)
+        return cls(path, manifest, events, times)
 
     def append(self, event: records.Event) -> None:
+        at = time.time()
         with open(self.path / TRAJECTORY, "a") as f:
-            f.write(serialization.event_to_line(event) + "\n")
+            f.write(serialization.event_to_line(event, at) + "\n")
             f.flush()
             os.fsync(f.fileno())
         self.events.append(event)
+        self.times.append(at)
 
     def candidate_dir(self, candidate_id: str) -> Path:
         path = self.path / "candidates" / candidate_id

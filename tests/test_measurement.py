@@ -76,6 +76,17 @@ def test_the_winner_and_its_figure_come_from_interleaved_remeasurements_and_a_re
     assert "## Finalists" in report and f"| `{winner}` |" in report
     assert f"best {figures[winner]:.3f} ms re-measured" in done.stdout
 
+    # the run's timeline: every record says when, every evaluation when its stages ran and when it held the device
+    assert all(json.loads(line)["at"] > 0 for line in (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines())
+    timed = [e for e in store.events if isinstance(e, records.CandidateEvaluated | records.Remeasured)]
+    for e in timed:
+        at = e.timeline.stage_at
+        assert set(at) == {"space-check", "host-compile", "host-run"}
+        assert at["space-check"] <= at["host-compile"] <= at["host-run"]
+        [(held_from, held_to)] = e.timeline.device_held
+        assert e.timeline.stage_at["host-run"] <= held_from < held_to <= e.timeline.stage_at["host-run"] + e.stage_s["host-run"] + 0.01
+    assert "The device was held" in report and (tmp_path / "run" / "plots" / "timeline.png").is_file()
+
     # killed during the last re-measurement: a resume measures only what is missing, and names the same winner
     lines = (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()
     (tmp_path / "run" / "trajectory.jsonl").write_text("\n".join(lines[:-2]) + "\n")
