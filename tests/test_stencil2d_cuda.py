@@ -7,6 +7,7 @@ import ast
 import re
 import subprocess
 
+import attrs
 import numpy as np
 import pytest
 
@@ -260,6 +261,18 @@ def test_the_most_complex_kernel_builds(tmp_path):
     assert len(kernels) == 2, built.resources
     assert all(built.resources[k].get("spill_store_bytes", 0) == 0 for k in kernels), built.resources
     assert checks.binary_space_violation(built.library, 0) is None
+
+    # the next candidate of the task compiles only its own source and links the binding the first one left
+    other = attrs.evolve(job, candidate=Candidate(id="other", source=source + "// another\n", space="pure_cuda", round=1))
+    again = build_candidate(other, timeout_s=900)
+    assert again.library is not None and not again.cache_hit, again.log[-3000:]
+    steps = (again.library.parent / ".ninja_log").read_text()
+    assert "cuda_source.cuda.o" in steps and "cpp_source.o" not in steps
+    assert again.library.name == built.library.name and again.library != built.library
+    from hiera_plugins.cuda.runner import load_candidate
+
+    assert "steps applications of the FP64 box stencil" in load_candidate(str(again.library)).forward.__doc__
+    assert checks.binary_space_violation(again.library, 0) is None
 
 
 def test_the_gpu_tests_cover_every_knob_value():

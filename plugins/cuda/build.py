@@ -4,15 +4,23 @@ The parent side (`build_candidate`) decides the cache key and runs `python -m hi
 in an isolated process; that side calls `torch.utils.cpp_extension.load` with `-Xptxas -v`, so the
 record gets each kernel's registers, shared memory and spills. An identical candidate (same source,
 contract and toolchain) is a cache hit and never recompiles.
+
+The contract's binding (`torch/extension.h` and pybind11: the slowest file to compile) is the same for every
+candidate of a task: every candidate's extension has one module name per binding and toolchain
+(`module_name`), the first build compiles the binding beside the candidate's source and leaves its object in the
+cache (`binding-<key>/`), and every later build compiles only the candidate's source and links that object.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +47,25 @@ def cache_key(job: EvalJob) -> str:
     return content_id(job.candidate.source, *files, json.dumps(job.toolchain, sort_keys=True))
 
 
+def binding_key(job: EvalJob) -> str:
+    """What the compiled binding depends on: its text and the toolchain."""
+    binding = job.contract.files.get(job.contract.binding or "", "")
+    return content_id(binding, json.dumps(job.toolchain, sort_keys=True))
+
+
+def module_name(job: EvalJob) -> str:
+    """The extension's module name, the same for every candidate sharing a binding (its object defines
+    `PyInit_<name>`); each candidate is loaded in a process of its own, from its own folder."""
+    return f"hiera_{binding_key(job)}"
+
+
+def binding_object(job: EvalJob) -> Path | None:
+    """Where the compiled binding of `job`'s contract is kept once built (None without a binding)."""
+    if not job.contract.binding:
+        return None
+    return Path(job.toolchain["cache_dir"]) / f"binding-{binding_key(job)}" / (Path(job.contract.binding).stem + ".o")
+
+
 def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
     key = cache_key(job)
     build_dir = Path(job.toolchain["cache_dir"]) / key
@@ -60,13 +87,16 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
         (build_dir / job.contract.source_filename).write_text(job.candidate.source)
         for name, text in job.contract.files.items():
             (build_dir / name).write_text(text)
+        shared = binding_object(job)
+        linked = shared is not None and shared.is_file()
+        compiled = [job.contract.binding] if job.contract.binding and not linked else []
         request = {
-            "name": f"hiera_{key}",
+            "name": module_name(job),
             "build_dir": str(build_dir),
-            "sources": [str(build_dir / name) for name in ([job.contract.binding] if job.contract.binding else [])]
-            + [str(build_dir / job.contract.source_filename)],
+            "sources": [str(build_dir / name) for name in compiled] + [str(build_dir / job.contract.source_filename)],
             "cuda_cflags": [*job.toolchain["cuda_cflags"], "-Xptxas", "-v"],
             "include_paths": job.toolchain.get("include_paths", []),
+            "ldflags": [str(shared)] if linked else [],
         }
         env = {"CUDA_HOME": job.toolchain["cuda_home"], "TORCH_CUDA_ARCH_LIST": job.toolchain["arch_list"], "MAX_JOBS": "2"}
         result = run_sandboxed(
@@ -80,13 +110,25 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
             log += f"\nthe build process ended with {describe_exit(result.returncode)}"
         library = None
         if result.returncode == 0:
-            library = next(build_dir.glob(f"hiera_{key}*.so"), None)
+            library = next(build_dir.glob(f"{module_name(job)}*.so"), None)
+        if library is not None and compiled:
+            _keep(build_dir / shared.name, shared)
         record = {"library": str(library) if library else None, "log": log, "resources": parse_ptxas(log)}
         if not result.timed_out and result.returncode != SANDBOX_FAILED:  # the machine's fault: try again next time
             done.write_text(json.dumps(record))
         return BuildResult(
             library=library, log=log, seconds=time.perf_counter() - started, cache_hit=False, resources=record["resources"]
         )
+
+
+def _keep(built: Path, shared: Path) -> None:
+    """The binding's object from a build, into the cache for the builds after it (whole or not at all)."""
+    if shared.is_file() or not built.is_file():
+        return
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    partial = shared.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    shutil.copyfile(built, partial)
+    os.replace(partial, shared)
 
 
 def compiler_errors(log: str, limit: int = 4000) -> str:
@@ -138,6 +180,7 @@ def main() -> None:
             extra_cflags=["-O3"],
             extra_cuda_cflags=request["cuda_cflags"],
             extra_include_paths=request["include_paths"],
+            extra_ldflags=request["ldflags"],
             build_directory=request["build_dir"],
             verbose=True,
         )
