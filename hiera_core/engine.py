@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pluggy
 import structlog
 
@@ -82,7 +83,7 @@ def _stages(event: records.Event) -> list[str]:
     """The evaluator stages an event says ran (or hold the device)."""
     if isinstance(event, records.CandidateEvaluated):
         return list(event.stage_s)
-    if isinstance(event, records.Remeasured):
+    if isinstance(event, records.Remeasured | records.CandidateProfiled):
         return list(event.stage_s)
     if isinstance(event, records.RunFinished):
         return list(event.remeasure_stage_s)
@@ -126,6 +127,7 @@ class Engine:
         self.toolchain = session.arch.toolchain()
         self.history: list[tuple[Candidate, Evaluation]] = []
         self.recorded = store.evaluated()
+        self.profiled = {e.candidate_id: e for e in store.events if isinstance(e, records.CandidateProfiled)}
         self.roofline: records.Roofline | None = None
         self.round = 0
         self.agents = agents.Agents(session, run_dir=store.path, record=store.append, recorded=store.events)
@@ -158,6 +160,7 @@ class Engine:
         for round_ in range(1, self.run.rounds + 1):
             self.round = round_
             structlog.contextvars.bind_contextvars(round=round_)
+            self._profile_parents()
             ctx = self._context(round_)
             plan = self._plan(ctx) if self.agents.plans else None
             if plan is not None and plan.decision.exhausted:
@@ -312,7 +315,7 @@ class Engine:
         pending = []
         for candidate in batch.candidates:
             if candidate.id in self.recorded:
-                evaluation = self.recorded[candidate.id].evaluation
+                evaluation = self._planned_from(self.recorded[candidate.id].evaluation, self.profiled.get(candidate.id))
                 self.history.append((candidate, evaluation))
                 hook.hiera_candidate_evaluated(context=self.session.context, candidate=candidate, evaluation=evaluation)
             else:
@@ -351,6 +354,30 @@ class Engine:
         log.info("candidate_evaluated", candidate=candidate.id, outcome=type(evaluation).__name__,
                  attempts=evaluated.attempts)
         self.session.pm.hook.hiera_candidate_evaluated(context=self.session.context, candidate=candidate, evaluation=evaluation)
+
+    def _profile_parents(self) -> None:
+        """The parents' measurements refined by the on-demand stages (a profiler) where the architecture has any and
+        they have not been yet: planning reads these, and no other candidate needs them."""
+        if not any(getattr(e, "on_demand", False) for e in self.session.evaluators):
+            return
+        wanted = [c for c in self.parents(self.run.parents) if c.id not in self.profiled]
+        jobs = [attrs.evolve(self._job(c), refine=True, measured=self._evaluation_of(c)) for c in wanted]
+        for job, evaluated in self.session.executor.run(jobs, self.session.pipeline):
+            write_files(job.workdir, evaluated.files)
+            event = records.CandidateProfiled(candidate_id=job.candidate.id, evaluation=evaluated.evaluation,
+                                              wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s, timeline=evaluated.timeline)
+            self.store.append(event)
+            self.profiled[job.candidate.id] = event
+            self.history = [(c, self._planned_from(e, event) if c.id == job.candidate.id else e) for c, e in self.history]
+            log.info("parent_profiled", candidate=job.candidate.id, outcome=type(evaluated.evaluation).__name__)
+
+    @staticmethod
+    def _planned_from(evaluation: Evaluation, profiled: records.CandidateProfiled | None) -> Evaluation:
+        """What planning reads of a candidate: its refined measurement where the on-demand stages gave one (their
+        failure leaves the first measurement standing)."""
+        if profiled is not None and isinstance(profiled.evaluation, Measured):
+            return profiled.evaluation
+        return evaluation
 
     def _evaluate_baselines(self) -> None:
         """The workload's baselines, each evaluated once per run like a candidate (outside the budget)."""
@@ -526,11 +553,16 @@ def workload_factory(workload: type) -> str:
 def evaluate_source(
     session: Session, source: str, *, space: str, workdir: Path, device: bool = True
 ) -> tuple[Candidate, Evaluation | StagePassed]:
-    """`hiera eval`: one hand-written candidate through the same pipeline as a run's candidates; with
-    `device=False` only the stages before the device (static checks and the build)."""
+    """`hiera eval`: one hand-written candidate through the same pipeline as a run's candidates, its measurement then
+    refined by the on-demand stages (a profiler), as a parent's is; with `device=False` only the stages before the
+    device (static checks and the build)."""
     contract = session.workload.contract(session.task, session.arch_kind)
     toolchain = session.arch.toolchain()
     candidate = Candidate(id=candidate_id(source, contract, toolchain), source=source, space=space, round=0, origin="hand-written")
     job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=roofline_for(session) if device else None,
                   workdir=workdir / candidate.id)
-    return candidate, evaluate_candidate(session, job, device=device)
+    result = evaluate_candidate(session, job, device=device)
+    if isinstance(result, Measured) and any(getattr(e, "on_demand", False) for e in session.evaluators):
+        refined = evaluate_candidate(session, attrs.evolve(job, refine=True, measured=result))
+        result = refined if isinstance(refined, Measured) else result
+    return candidate, result

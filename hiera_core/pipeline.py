@@ -143,7 +143,10 @@ class Pipeline:
         if reason:
             return records.StaticRejected(reason=f"{job.candidate.space}: {reason}")
         for evaluator in self.evaluators:
-            if not device and getattr(evaluator, "holds_device", False):
+            holds, on_demand = getattr(evaluator, "holds_device", False), getattr(evaluator, "on_demand", False)
+            if on_demand != job.refine and (on_demand or holds):
+                continue  # an on-demand stage on a new candidate; a measuring stage on a measured one
+            if not device and holds:
                 return StagePassed(job=job)
             stage_at[evaluator.name] = round(time.time(), 4)
             started = time.perf_counter()

@@ -348,6 +348,9 @@ class EvalJob:
     """Set once a stage has measured the candidate; later stages (a profiler) refine it."""
     remeasure: bool = False
     """True when a finalist is measured again at the end of a run (fresh process, fresh seeds)."""
+    refine: bool = False
+    """True: `measured` holds the candidate's recorded measurement, which the on-demand stages refine; of the other
+    stages only those that hold no device run (the checks and the build, a cache hit), the measuring ones not."""
     compiled_reference: bool = False
     """Also time the task's reference under `torch.compile` where the workload offers it: set on one job of the final
     re-measurement (a property of the task, measured once a run)."""
@@ -377,7 +380,10 @@ class Evaluator(Protocol):
     """One stage of evaluation for one architecture (compile, run and check, profile, ...).
 
     An optional `holds_device: ClassVar[bool]` (False without it) marks a stage that occupies the
-    device while it runs (timing, profiling): the report counts its wall time as device-seconds.
+    device while it runs (timing, profiling): the report counts its wall time as device-seconds. An optional
+    `on_demand` (attribute or property; False without it) marks a stage that refines a measurement (a profiler)
+    and runs only on the candidates planning reads: the parents, before a round is planned from them
+    (`EvalJob.refine`), not on every candidate.
     """
 
     name: ClassVar[str]

@@ -394,6 +394,18 @@ class RoundFinished:
 
 
 @attrs.frozen(kw_only=True)
+class CandidateProfiled:
+    """A parent's measurement refined by the on-demand stages (a profiler) before a round was planned from it: the
+    evaluation planning reads from then on (its `CandidateEvaluated` keeps the first one)."""
+
+    candidate_id: str
+    evaluation: Evaluation
+    wall_s: float = 0.0
+    stage_s: dict[str, float] = attrs.field(factory=dict)
+    timeline: Timeline = attrs.field(factory=Timeline)
+
+
+@attrs.frozen(kw_only=True)
 class Remeasured:
     """One finalist measured again at the end of the run (pass `pass_index` of `[run] remeasure_passes`), built
     and judged in a fresh process on fresh inputs; the finalists' passes are interleaved."""
@@ -503,8 +515,8 @@ class RunPaused:
 
 
 Event = (
-    RunStarted | BaselineEvaluated | PlanMade | CandidatesGenerated | CandidateEvaluated | RoundFinished | Remeasured
-    | RunFinished | AgentCalled | RunPaused
+    RunStarted | BaselineEvaluated | PlanMade | CandidatesGenerated | CandidateEvaluated | CandidateProfiled
+    | RoundFinished | Remeasured | RunFinished | AgentCalled | RunPaused
 )
 """One line of `trajectory.jsonl`."""
 

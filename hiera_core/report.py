@@ -177,13 +177,16 @@ def timeline(events: list[records.Event], times: list[float | None]) -> Timeline
     end = end or max(t for t in times if t is not None)
     rows, holds = [], []
     for event in events:
-        if not isinstance(event, records.CandidateEvaluated | records.BaselineEvaluated | records.Remeasured):
+        if not isinstance(event, records.CandidateEvaluated | records.BaselineEvaluated | records.Remeasured
+                          | records.CandidateProfiled):
             continue
         at = event.timeline.stage_at
         if not at:
             continue
         if isinstance(event, records.Remeasured):
             label = f"{event.candidate_id[:8]} re-measure {event.pass_index}"
+        elif isinstance(event, records.CandidateProfiled):
+            label = f"{event.candidate_id[:8]} profile"
         elif isinstance(event, records.BaselineEvaluated):
             label = f"baseline {event.name}"
         else:
@@ -211,8 +214,8 @@ def _costs_section(events: list[records.Event], line: Timeline | None = None) ->
     finished = next((e for e in events if isinstance(e, records.RunFinished)), None)
     started = next((e for e in events if isinstance(e, records.RunStarted)), None)
     stages: dict[str, float] = {}
-    remeasured = [e.stage_s for e in events if isinstance(e, records.Remeasured)]
-    for stage_s in [e.stage_s for e in evaluated] + remeasured + ([finished.remeasure_stage_s] if finished else []):
+    later = [e.stage_s for e in events if isinstance(e, records.Remeasured | records.CandidateProfiled)]
+    for stage_s in [e.stage_s for e in evaluated] + later + ([finished.remeasure_stage_s] if finished else []):
         for stage, seconds in stage_s.items():
             stages[stage] = stages.get(stage, 0.0) + seconds
     generation_s = sum(e.wall_s for e in events if isinstance(e, records.CandidatesGenerated))
@@ -220,7 +223,7 @@ def _costs_section(events: list[records.Event], line: Timeline | None = None) ->
         "",
         "## Costs",
         "",
-        "Wall-clock seconds per stage (evaluation stages summed over candidates and the final re-measurements):",
+        "Wall-clock seconds per stage (evaluation stages summed over candidates, the parents' on-demand profiles and the final re-measurements):",
         "",
         "| stage | wall (s) |",
         "|---|---|",

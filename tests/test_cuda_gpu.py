@@ -101,7 +101,7 @@ def test_timing_agrees_with_itself_across_fresh_processes(tmp_path):
 
 
 def test_one_call_is_profiled_with_nsight_compute(tmp_path):
-    session = _session(tmp_path, "matmul")
+    session = _session(tmp_path, "matmul", "evaluator.cuda-profile.when=every")  # by default: the parents, on demand
     measured = _evaluate_all(session, [("seed", "pure_cuda", SEEDS["matmul"])], tmp_path)["seed"]
     assert isinstance(measured, records.Measured)
     profile = measured.profile

@@ -19,6 +19,7 @@ from hiera_core.pipeline import Pipeline
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.report import fast_p
 from hiera_core.session import Session
+from hiera_core.store import RunStore
 
 DOCS = Path(__file__).parents[1] / "docs" / "plugins.md"
 
@@ -407,3 +408,55 @@ def test_by_default_a_rounds_candidates_overlap_only_where_the_device_has_its_ow
     assert done == [("a", "a"), ("b", "b"), ("c", "c")]  # in the order written, whatever finished first
     assert pipeline.most == min(at_once, len(os.sched_getaffinity(0)))
     assert LocalExecutor(LocalConfig(workers=2)).workers(pipeline, 3) == 2  # a setting wins
+
+
+class Counters:
+    """A host profiler that runs on demand, as `cuda-profile` does by default: on the parents only."""
+
+    name, config_class, arch, order, holds_device, on_demand = "host-counters", None, "host", 30, True, True
+    seen: list[str] = []
+
+    def __init__(self, config):
+        pass
+
+    def evaluate(self, job):
+        Counters.seen.append(job.candidate.id)
+        profile = attrs.evolve(job.measured.profile, metrics={**job.measured.profile.metrics, "counted_calls": 1.0})
+        return attrs.evolve(job.measured, profile=profile)
+
+
+class CountersPlugin:
+    @hookimpl
+    def hiera_register_evaluators(self):
+        return [Counters]
+
+
+def test_an_on_demand_profiler_runs_only_on_the_parents_planning_reads_and_a_resume_runs_it_on_none(tmp_path):
+    Counters.seen.clear()
+    config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 2, "population": 2, "parents": 1},
+                         overrides=["workload.stencil2d.host_n=48", "run.remeasure=false", "run.baselines=false"])
+
+    def optimize():
+        session = Session.create(config, make_plugin_manager(extra_plugins=[CountersPlugin()]))
+        store = create_run(session, tmp_path / "run") if not (tmp_path / "run").exists() else RunStore.open(tmp_path / "run")
+        Engine(session, store).optimize()
+        return RunStore.open(tmp_path / "run")
+
+    store = optimize()
+    plans = [e.plan for e in store.events if isinstance(e, records.PlanMade)]
+    profiled = [e for e in store.events if isinstance(e, records.CandidateProfiled)]
+    assert len(plans) == 2 and Counters.seen == [e.candidate_id for e in profiled]
+    assert set(Counters.seen) == {plan.parent_id for plan in plans}  # every parent planned from, once each
+    assert all(e.evaluation.profile.metrics["counted_calls"] == 1.0 for e in profiled)
+    evaluated = [e for e in store.events if isinstance(e, records.CandidateEvaluated)]
+    assert len(evaluated) == 5 and not any("counted_calls" in e.evaluation.profile.metrics for e in evaluated)
+    # each profile comes before the plan that reads it
+    order = [("profile", e.candidate_id) if isinstance(e, records.CandidateProfiled) else ("plan", e.plan.parent_id)
+             for e in store.events if isinstance(e, records.CandidateProfiled | records.PlanMade)]
+    assert all(order.index(("profile", parent)) < order.index(("plan", parent)) for _, parent in order)
+
+    lines = (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()  # killed before its last record
+    (tmp_path / "run" / "trajectory.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    seen = list(Counters.seen)
+    optimize()
+    assert Counters.seen == seen

@@ -11,6 +11,7 @@ from typing import ClassVar
 import attrs
 
 from hiera_core import EvalJob, StagePassed, hookimpl
+from hiera_core.config import ConfigError
 from hiera_core.judging import device_lock
 from hiera_core.records import Evaluation
 from hiera_core.sandbox import describe_exit, run_sandboxed
@@ -29,6 +30,13 @@ class NcuProfileConfig:
     ncu: str = ""
     """Path of the ncu binary; empty means search PATH and the usual install folders."""
     timeout_s: float = 300.0
+    when: str = "parents"
+    """`parents`: profile only the candidates planning reads, before a round is planned from them (the profile is
+    what the planner scores the directions from); `every`: every candidate, as it is evaluated."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.when not in ("parents", "every"):
+            raise ConfigError(f"[evaluator.cuda-profile] when must be 'parents' or 'every', not {self.when!r}")
 
 
 class NcuProfile:
@@ -40,6 +48,11 @@ class NcuProfile:
 
     def __init__(self, config: NcuProfileConfig) -> None:
         self.config = config
+
+    @property
+    def on_demand(self) -> bool:
+        """Only the parents are profiled (`when = "parents"`), when a round is planned from them."""
+        return self.config.when == "parents"
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
         measured = job.measured
