@@ -338,7 +338,16 @@ class Engine:
         return new_job(
             self.session, candidate, contract=self.contract, toolchain=self.toolchain, roofline=self.roofline,
             workdir=workdir, remeasure=remeasure is not None, compiled_reference=compiled_reference,
+            reference_ms=None if remeasure is not None else self._reference_ms(),
         )
+
+    def _reference_ms(self) -> float | None:
+        """The task's reference latency as the run's first measured evaluation (a baseline's or a candidate's) timed
+        it, which the search's later judges report instead of timing the reference again; None before."""
+        for event in self.store.events:
+            if isinstance(event, records.BaselineEvaluated | records.CandidateEvaluated) and isinstance(event.evaluation, Measured):
+                return event.evaluation.reference_latency_ms
+        return None
 
     def _record(self, job: EvalJob, evaluated: Evaluated) -> None:
         candidate, evaluation = job.candidate, evaluated.evaluation
@@ -519,6 +528,7 @@ def candidate_id(source: str, contract: records.Contract, toolchain: dict) -> st
 def new_job(
     session: Session, candidate: Candidate, *, contract: records.Contract, toolchain: dict,
     roofline: records.Roofline | None, workdir: Path, remeasure: bool = False, compiled_reference: bool = False,
+    reference_ms: float | None = None,
 ) -> EvalJob:
     """An evaluation job for `candidate`, its source written into `workdir`."""
     write_text_atomic(workdir / contract.source_filename, candidate.source)
@@ -535,6 +545,7 @@ def new_job(
         roofline=roofline,
         remeasure=remeasure,
         compiled_reference=compiled_reference,
+        reference_ms=reference_ms,
     )
 
 

@@ -348,6 +348,9 @@ class EvalJob:
     """Set once a stage has measured the candidate; later stages (a profiler) refine it."""
     remeasure: bool = False
     """True when a finalist is measured again at the end of a run (fresh process, fresh seeds)."""
+    reference_ms: float | None = None
+    """The task's reference latency as this run's first judge measured it: the judge reports it instead of timing the
+    reference again (None: the judge times it; the final re-measurement always does)."""
     refine: bool = False
     """True: `measured` holds the candidate's recorded measurement, which the on-demand stages refine; of the other
     stages only those that hold no device run (the checks and the build, a cache hit), the measuring ones not."""

@@ -167,7 +167,8 @@ class Measured:
     latency_p90_ms: float
     repeats: int
     reference_latency_ms: float
-    """The task's reference timed the same way, by the judge."""
+    """The task's reference timed the same way, by the judge; in the search after the run's first measurement, that
+    measurement's figure (`EvalJob.reference_ms`), timed again in every final re-measurement."""
     max_abs_error: float
     """Largest absolute difference from the FP64 reference over all checked inputs."""
     checks: list[str] = attrs.field(factory=list)

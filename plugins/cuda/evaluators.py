@@ -116,7 +116,8 @@ class CudaRun:
         request = JudgeRequest(
             workload_factory=job.workload_factory, workload_config=job.workload_config, task=job.task,
             library=job.artifacts["library"], remeasure=job.remeasure,
-            settings={**attrs.asdict(self.config), "compile_baseline": compile_baseline, "memory_bytes": memory},
+            settings={**attrs.asdict(self.config), "compile_baseline": compile_baseline, "memory_bytes": memory,
+                      "reference_ms": job.reference_ms},
         )
         timeout_s = self.config.timeout_s + (self.config.compile_baseline_timeout_s if compile_baseline else 0.0)
         answer = run_judge("hiera_plugins.cuda.judge", request, workdir=job.workdir, timeout_s=timeout_s,

@@ -92,7 +92,7 @@ class HostRun:
         request = JudgeRequest(
             workload_factory=job.workload_factory, workload_config=job.workload_config, task=job.task,
             library=job.artifacts["library"], remeasure=job.remeasure,
-            settings={**attrs.asdict(self.config), "memory_bytes": memory},
+            settings={**attrs.asdict(self.config), "memory_bytes": memory, "reference_ms": job.reference_ms},
         )
         answer = run_judge("hiera_plugins.host.judge", request, workdir=job.workdir, timeout_s=self.config.timeout_s,
                            memory_bytes=memory, device_lock=device_lock(TIMING_LOCK), env_extra=RUNNER_ENVIRONMENT)
