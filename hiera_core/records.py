@@ -190,6 +190,9 @@ class Measured:
     disturbed: str = ""
     """What disturbed the timing, in the judge's words (other processes keeping the machine's cores busy, ...): the
     figure may read slow. Empty when nothing the judge watches did."""
+    conditions: dict[str, float] = attrs.field(factory=dict)
+    """The machine's state around the timed calls, as the judge read it: on cuda the GPU's SM and memory clocks,
+    power and temperature at their start and end (NVML), on the host the cores other processes kept busy."""
 
     @property
     def speedup_vs_reference(self) -> float:
@@ -566,6 +569,8 @@ class Judged:
     compiled_reference_note: str = ""
     disturbed: str = ""
     """What disturbed the timing (`Measured.disturbed`)."""
+    conditions: dict[str, float] = attrs.field(factory=dict)
+    """The machine's state around the timed calls (`Measured.conditions`)."""
 
     def measured(self, *, compile_s: float, profile: Profile | None,
                  resources: dict[str, dict[str, int]] | None = None) -> Measured:
@@ -586,6 +591,7 @@ class Judged:
             compiled_reference_latency_ms=self.compiled_reference_latency_ms,
             compiled_reference_note=self.compiled_reference_note,
             disturbed=self.disturbed,
+            conditions=self.conditions,
         )
 
 

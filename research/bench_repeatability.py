@@ -64,9 +64,10 @@ def main() -> int:
             rows.append({"outcome": type(ev).__name__})
             continue
         print(f"  {i}: {ev.latency_ms:.4f} ms (p10 {ev.latency_p10_ms:.4f}, p90 {ev.latency_p90_ms:.4f}, {ev.repeats} calls)"
-              f"{'  disturbed: ' + ev.disturbed if ev.disturbed else ''}  [{stages}; device held {held:.2f} s]")
+              f"{'  disturbed: ' + ev.disturbed if ev.disturbed else ''}  [{stages}; device held {held:.2f} s]"
+              + (f"\n     {', '.join(f'{k} {v:g}' for k, v in sorted(ev.conditions.items()))}" if ev.conditions else ""))
         rows.append({"latency_ms": ev.latency_ms, "p10_ms": ev.latency_p10_ms, "p90_ms": ev.latency_p90_ms, "repeats": ev.repeats,
-                     "disturbed": ev.disturbed, "stage_s": outcome.stage_s, "device_held_s": held, "wall_s": outcome.wall_s})
+                     "disturbed": ev.disturbed, "conditions": ev.conditions, "stage_s": outcome.stage_s, "device_held_s": held, "wall_s": outcome.wall_s})
     figures = [r["latency_ms"] for r in rows if "latency_ms" in r]
     if not figures:
         print("no evaluation was measured")

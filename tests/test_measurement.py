@@ -8,6 +8,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 from hiera_core import records
 from hiera_core.agents.feedback import profile_summary
 from hiera_core.config import load_config
@@ -116,5 +118,17 @@ def test_a_candidate_timed_while_other_processes_keep_the_cores_busy_is_marked_a
             spinner.kill()
             spinner.wait()
     assert isinstance(evaluation, records.Measured), evaluation
-    assert "other processes kept" in evaluation.disturbed and evaluation.profile.metrics["other_load_cores"] >= 0.25
+    assert "other processes kept" in evaluation.disturbed and evaluation.conditions["other_load_cores"] >= 0.25
     assert "timing disturbed: other processes kept" in profile_summary(evaluation, {})
+
+
+def test_the_cuda_judge_reads_the_gpus_state_where_nvml_can_and_goes_without_elsewhere():
+    torch = pytest.importorskip("torch")
+    from hiera_plugins.cuda.judge import device_state
+
+    state = device_state(0)
+    if torch.cuda.is_available():  # on a GPU machine: every figure, plausible
+        assert set(state) == {"sm_clock_mhz", "memory_clock_mhz", "power_w", "temperature_c"}, state
+        assert state["sm_clock_mhz"] > 100 and 0 < state["temperature_c"] < 120
+    else:
+        assert state == {}

@@ -103,6 +103,24 @@ def timed(flush: torch.Tensor, call) -> tuple[float, Any]:
     return start.elapsed_time(end), out
 
 
+def device_state(device: int) -> dict[str, float]:
+    """The GPU's clocks, power and temperature now, read through NVML (nvidia-ml-py); {} where NVML cannot tell.
+    Read only: the device's clocks and power settings are the user's."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{torch.cuda.get_device_properties(device).uuid}")
+        return {
+            "sm_clock_mhz": float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            "memory_clock_mhz": float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+            "temperature_c": float(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)),
+        }
+    except Exception:  # noqa: BLE001 -- no NVML, no permission, an older driver: the figures go without
+        return {}
+
+
 def timing_done(times: list[float], timing: dict[str, Any]) -> bool:
     """Enough timed calls: `repeats`; when adaptive, until the relative standard error of the mean is
     below `target_rse` (at most `max_repeats`)."""
@@ -309,6 +327,7 @@ class CudaJudge:
         times, walls, reference_times, compiled_times = [], [], [], []
         spent = compiled_spent = 0.0
         budget_ms = s["reference_budget_s"] * 1e3
+        before = device_state(s["device"])
         done = False
         while not done:
             i = len(times)
@@ -332,6 +351,7 @@ class CudaJudge:
                 elapsed, _ = timed(self.flush, lambda: compiled(inputs))
                 compiled_times.append(elapsed)
                 compiled_spent += elapsed
+        after = device_state(s["device"])
         self.mark("timing")
         print(f"timing: {json.dumps({'overhead_ms': [round(x, 4) for x in overhead], 'in_process_ms': [round(x, 4) for x in times], 'wall_ms': [round(x, 4) for x in walls]})}",
               file=sys.stderr, flush=True)
@@ -363,6 +383,7 @@ class CudaJudge:
             aten_ops=reply.aten_ops,
             compiled_reference_latency_ms=statistics.median(compiled_times) if compiled_times else None,
             compiled_reference_note=compiled_note,
+            conditions={**{f"{k}_start": v for k, v in before.items()}, **{f"{k}_end": v for k, v in after.items()}},
         )
 
 

@@ -232,6 +232,7 @@ class Judge:
             reference_engine=getattr(h, "reference_engine", ""),
             checked_timed_calls=len(checked),
             disturbed=disturbed,
+            conditions={"other_load_cores": round(other_cores, 3)} if other_cores is not None else {},
             metrics={  # from the runner's CPU clock: a planning signal, not a verdict
                 "cpu_utilization_fraction": sum(cpu) / sum(times) / cores,
                 "cache_cpu_utilization_fraction": sum(c for _, c in cache_runs) / sum(w for w, _ in cache_runs) / cores,
@@ -239,7 +240,6 @@ class Judge:
                 "cache_ns_per_point": cache_wall * 1e6 / h.points(cache_case),
                 "task_points": h.points(timing_case),
                 "cores": cores,
-                **({"other_load_cores": other_cores} if other_cores is not None else {}),
             },
         )
 
