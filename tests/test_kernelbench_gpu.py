@@ -8,6 +8,7 @@ import pytest
 
 from conftest import run_hiera
 from hiera_core import records
+from hiera_core.report import compiled_reference
 from hiera_core.store import RunStore
 
 torch = pytest.importorskip("torch")
@@ -34,9 +35,8 @@ def test_the_seed_and_the_fused_candidate_are_correct_and_timed(tmp_path):
     assert set(kinds.values()) == {"Measured"}, kinds
     for e in evaluated:
         assert e.evaluation.latency_ms > 0 and e.evaluation.reference_latency_ms > 0  # eager FP32, same worker
-    [finished] = [e for e in store.events if isinstance(e, records.RunFinished)]
-    remeasured = finished.remeasured  # the re-measurement also times the reference under torch.compile
-    assert remeasured.compiled_reference_latency_ms > 0, remeasured.compiled_reference_note
+    compiled = compiled_reference(store.events)  # one judge of the final re-measurement times torch.compile too
+    assert compiled is not None and compiled.compiled_reference_latency_ms > 0, compiled
     assert (tmp_path / "run" / "report.md").is_file()
 
 
