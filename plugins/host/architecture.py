@@ -103,8 +103,8 @@ class HostArchitecture:
                 f"Threads are admitted: OpenMP pragmas, `<omp.h>` and `omp_*` calls{openmp}, and `<pthread.h>`,"
                 f" on the {cpu_cores()} cores a candidate gets. The environment the candidate runs in is"
                 f" hiera's ({fixed}; OpenMP's default thread count is the cores): a candidate writes only its source, so"
-                " it sets thread counts and binding there (`num_threads(...)`, `proc_bind(close)`, `omp_set_num_threads`),"
-                " never through environment variables."
+                " it sets thread counts and binding there (`num_threads(...)`, `proc_bind(...)`, `omp_set_num_threads`)"
+                " where it wants other than these, never through environment variables."
             )
             if not any("blas" in flag for flag in self.config.cflags):
                 parts.append("BLAS calls (`cblas_*`, `dgemm`) pass the source check, but the build links no BLAS library"

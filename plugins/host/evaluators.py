@@ -52,9 +52,11 @@ class HostCompile:
         return StagePassed(job=attrs.evolve(job, artifacts={**job.artifacts, "library": str(library)}, compile_s=elapsed))
 
 
-RUNNER_ENVIRONMENT = {"OMP_WAIT_POLICY": "passive"}
+RUNNER_ENVIRONMENT = {"OMP_WAIT_POLICY": "passive", "OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
 """OpenMP threads that spin after a parallel region hold the cores the judge needs to see the call end (on 2
-cores they added ~0.5 ms to its clock); passive threads sleep at once."""
+cores they added ~0.5 ms to its clock); passive threads sleep at once. Unbound, a woken team was often stacked
+on one core: one threaded kernel measured 5 or 10 ms call by call (p10-p90 5.1-10.8 ms; six fresh processes
+5.9-8.9 ms); bound one thread per core, 4.7-5.0 ms (docs/measurement.md)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -66,7 +68,9 @@ class HostRunConfig:
     min_repeats: int = 5
     max_repeats: int = 50
     min_time_s: float = 0.3
-    """Timed calls continue until both `min_repeats` and this much time are reached (or `max_repeats`)."""
+    """Timed calls continue until both `min_repeats` and this much time in the timed calls themselves (the judge's
+    clock around each) are reached, or `max_repeats`; the judge's own work between them (fresh inputs, checks)
+    does not count."""
     reference_repeats: int = 3
     check_fraction: float = 0.1
     """The share of timed calls (each on fresh inputs) whose output the judge checks, chosen in secret; at least two."""

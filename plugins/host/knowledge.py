@@ -87,9 +87,10 @@ PARALLELISM = DirectionKnowledge(
             "- Parallelise the outermost independent loop with OpenMP `parallel for schedule(static)`, one thread "
             "per core a candidate gets; contiguous row chunks give first-touch locality and no false sharing of "
             "64-byte lines.",
-            "- A candidate writes only its source and cannot set `OMP_*` environment variables: bind threads with "
-            "the `proc_bind(close)` clause and size the team with `num_threads(omp_get_num_procs())`; more threads "
-            "than cores, and migration, cost more than they hide.",
+            "- A candidate writes only its source and cannot set `OMP_*` environment variables; the runner already "
+            "binds OpenMP threads one per core and lets them sleep between regions (the target's environment "
+            "says how), as the `proc_bind(close)` clause would. Size the team with "
+            "`num_threads(omp_get_num_procs())`; more threads than cores, and migration, cost more than they hide.",
             "- `schedule(dynamic, chunk)` pays only when rows carry unequal work; shared accumulators take a "
             "`reduction` clause, and each output is written by one thread.",
             "- One core rarely saturates DRAM: a memory-bound loop needs bytes in flight from several cores "
