@@ -326,7 +326,7 @@ def write_report(store: RunStore) -> Path:
             lines.append(
                 f"{head} — **{headline.latency_ms:.3f} ms**, re-measured {passes} times in fresh processes on fresh inputs,"
                 f" interleaved with the other finalists ({won.low_ms:.3f}–{won.high_ms:.3f} ms across them; the figure is"
-                f" their median, the slower of two); in the search {in_search}"
+                f" their median{', the slower of two' if passes == 2 else ''}); in the search {in_search}"
             )
         else:
             lines.append(f"{head} — **{in_search.replace(' ms', ' ms**', 1)}")
