@@ -1,8 +1,8 @@
 """Do a run's figures come back? (a benchmark, not a test)
 
-    python3 research/bench_repeatability.py RUN_DIR [--times 10] [--json OUT.json]
+    python3 research/bench_repeatability.py RUN_DIR [--times 10] [--candidate ID] [--json OUT.json]
 
-Takes the winner of a finished run (`RunFinished`), evaluates its source again `--times` times through the run's own
+Takes the winner of a finished run (`RunFinished`; or any candidate of the run, `--candidate`), evaluates its source again `--times` times through the run's own
 pipeline and settings (each evaluation a fresh judge and runner process on fresh inputs, as `hiera eval` does), one
 after the other, and prints each figure with its spread and stage times, then: the median of the figures, how far
 the farthest lies from it (the protocol's spread between fresh processes), and how far the run's headline figure
@@ -29,17 +29,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--times", type=int, default=10)
+    parser.add_argument("--candidate", help="a candidate id of the run (default: its winner)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
     store = RunStore.open(args.run_dir)
     finished = next((e for e in store.events if isinstance(e, records.RunFinished)), None)
-    if finished is None or finished.best_candidate_id is None:
-        print(f"{args.run_dir}: the run has not finished with a winner", file=sys.stderr)
+    chosen = args.candidate or (finished.best_candidate_id if finished is not None else None)
+    if chosen is None or chosen not in store.evaluated() or not isinstance(store.evaluated()[chosen].evaluation, records.Measured):
+        print(f"{args.run_dir}: no measured candidate {chosen or '(the run has not finished with a winner)'}", file=sys.stderr)
         return 1
-    evaluated = store.evaluated()[finished.best_candidate_id]
+    evaluated = store.evaluated()[chosen]
     candidate = evaluated.candidate
-    if isinstance(finished.remeasured, records.Measured) and finished.finalists:
+    if chosen == finished.best_candidate_id and isinstance(finished.remeasured, records.Measured) and finished.finalists:
         headline, where = finished.remeasured.latency_ms, "the run's final re-measurement"
     else:
         headline, where = evaluated.evaluation.latency_ms, "the search"
