@@ -21,7 +21,7 @@ import attrs
 import pluggy
 import structlog
 
-from hiera_core import agents, records, sandbox
+from hiera_core import agents, peaks, records, sandbox
 from hiera_core.config import ConfigError
 from hiera_core.pipeline import SPACE_CHECK, Evaluated
 from hiera_core.plugins import PluginError, collect
@@ -515,10 +515,14 @@ def write_files(workdir: Path, files: Mapping[str, str]) -> None:
 
 
 def roofline_for(session: Session) -> records.Roofline:
-    """The task's floors on this machine: the workload's work over the architecture's measured peaks."""
+    """The task's floors on this machine: the workload's work over the architecture's peaks, measured now and
+    remembered with the machine's earlier measurements (`hiera_core.peaks`: a busy moment does not lower them)."""
     bytes_moved, flops = session.workload.work(session.task, session.arch_kind)
-    peak_gbps, peak_gflops = session.arch.peaks(session.task.params.get("dtype", "float64"))
-    return records.Roofline(bytes_moved=bytes_moved, flops=flops, peak_gbps=peak_gbps, peak_gflops=peak_gflops)
+    dtype = session.task.params.get("dtype", "float64")
+    measured = session.arch.peaks(dtype)
+    (peak_gbps, peak_gflops), count = peaks.remembered(session.arch_name, session.arch.hardware(), dtype, measured)
+    return records.Roofline(bytes_moved=bytes_moved, flops=flops, peak_gbps=peak_gbps, peak_gflops=peak_gflops,
+                            measured_gbps=measured[0], measured_gflops=measured[1], measurements=count)
 
 
 def candidate_id(source: str, contract: records.Contract, toolchain: dict) -> str:

@@ -264,9 +264,14 @@ class Roofline:
     """Minimum bytes one call must read and write."""
     flops: float
     peak_gbps: float
-    """Measured memory bandwidth of the machine, GB/s."""
+    """Measured memory bandwidth of the machine, GB/s: its remembered peak (`hiera_core.peaks`)."""
     peak_gflops: float
-    """Measured arithmetic rate of the machine, GFLOP/s."""
+    """Measured arithmetic rate of the machine, GFLOP/s: its remembered peak."""
+    measured_gbps: float | None = None
+    measured_gflops: float | None = None
+    """This run's own measurement of the two (None: the run's record predates remembered peaks)."""
+    measurements: int = 1
+    """How many of the machine's measurements the peaks come from."""
 
     @property
     def memory_floor_ms(self) -> float:

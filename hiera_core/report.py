@@ -345,6 +345,9 @@ def write_report(store: RunStore) -> Path:
                 f" compute {roofline.compute_floor_ms:.3f} ms ({roofline.flops / 1e6:.1f} MFLOP at {roofline.peak_gflops:.1f} GFLOP/s);"
                 f" the best runs at {roofline.floor_ms / shown.latency_ms:.0%} of the floor"
             )
+            if roofline.measurements > 1 and roofline.measured_gbps is not None:
+                lines.append(f"- peaks: remembered over this machine's last {roofline.measurements} measurements; this run measured"
+                             f" {roofline.measured_gbps:.1f} GB/s and {roofline.measured_gflops:.1f} GFLOP/s")
         disturbed = [e for e in measured if e.evaluation.disturbed]
         if disturbed:
             lines.append(f"- {len(disturbed)} of {len(measured)} valid candidates were timed while the machine was disturbed"

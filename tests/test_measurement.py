@@ -132,3 +132,15 @@ def test_the_cuda_judge_reads_the_gpus_state_where_nvml_can_and_goes_without_els
         assert state["sm_clock_mhz"] > 100 and 0 < state["temperature_c"] < 120
     else:
         assert state == {}
+
+
+def test_a_busy_moment_does_not_lower_the_floors_and_one_reading_too_high_does_not_raise_them(tmp_path):
+    from hiera_core.peaks import remembered
+
+    machine, path = {"model": "a CPU", "cores": 2}, tmp_path / "peaks.json"
+    assert remembered("host", machine, "float64", (25.0, 100.0), path) == ((25.0, 100.0), 1)
+    assert remembered("host", machine, "float64", (12.0, 60.0), path) == ((25.0, 100.0), 2)  # measured while busy
+    assert remembered("host", {**machine, "cores": 4}, "float64", (12.0, 60.0), path) == ((12.0, 60.0), 1)  # another machine
+    for _ in range(2):
+        remembered("host", machine, "float64", (24.0, 99.0), path)
+    assert remembered("host", machine, "float64", (250.0, 1000.0), path) == ((25.0, 100.0), 5)  # a glitch
