@@ -37,7 +37,9 @@ def remembered(arch: str, hardware: dict[str, Any], dtype: str, measured: tuple[
         except (OSError, ValueError):
             table = {}  # an unreadable file: start again
         seen = [pair for pair in table.get(key, {}).get("measured", []) if len(pair) == 2][-(KEPT - 1):]
-        seen.append([round(measured[0], 3), round(measured[1], 3)])
+        reading = [round(measured[0], 3), round(measured[1], 3)]
+        if not seen or seen[-1] != reading:  # the same reading again is a process's cached one, not a new measurement
+            seen.append(reading)
         table[key] = {"arch": arch, "dtype": dtype, "model": hardware.get("model", ""), "measured": seen}
         write_text_atomic(path, json.dumps(table, indent=1, sort_keys=True))
     return (_upper(sorted(g for g, _ in seen)), _upper(sorted(f for _, f in seen))), len(seen)

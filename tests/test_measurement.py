@@ -141,6 +141,7 @@ def test_a_busy_moment_does_not_lower_the_floors_and_one_reading_too_high_does_n
     assert remembered("host", machine, "float64", (25.0, 100.0), path) == ((25.0, 100.0), 1)
     assert remembered("host", machine, "float64", (12.0, 60.0), path) == ((25.0, 100.0), 2)  # measured while busy
     assert remembered("host", {**machine, "cores": 4}, "float64", (12.0, 60.0), path) == ((12.0, 60.0), 1)  # another machine
-    for _ in range(2):
-        remembered("host", machine, "float64", (24.0, 99.0), path)
+    remembered("host", machine, "float64", (24.0, 99.0), path)
+    assert remembered("host", machine, "float64", (24.0, 99.0), path)[1] == 3  # the same reading again: counted once
+    remembered("host", machine, "float64", (24.5, 99.5), path)
     assert remembered("host", machine, "float64", (250.0, 1000.0), path) == ((25.0, 100.0), 5)  # a glitch
