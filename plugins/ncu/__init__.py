@@ -51,8 +51,9 @@ class NcuProfile:
 
     @property
     def on_demand(self) -> bool:
-        """Only the parents are profiled (`when = "parents"`), when a round is planned from them."""
-        return self.config.when == "parents"
+        """Only the parents are profiled (`when = "parents"`), when a round is planned from them; a disabled profiler
+        only says so, on every candidate, with no refine job for it."""
+        return self.config.enabled and self.config.when == "parents"
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
         measured = job.measured
