@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from hiera_core import records
+from hiera_core import hookimpl, records
 from hiera_core.agents.feedback import profile_summary
 from hiera_core.config import load_config
 from hiera_core.engine import Engine, beats, evaluate_source, standing
@@ -145,3 +145,52 @@ def test_a_busy_moment_does_not_lower_the_floors_and_one_reading_too_high_does_n
     assert remembered("host", machine, "float64", (24.0, 99.0), path)[1] == 3  # the same reading again: counted once
     remembered("host", machine, "float64", (24.5, 99.5), path)
     assert remembered("host", machine, "float64", (250.0, 1000.0), path) == ((25.0, 100.0), 5)  # a glitch
+
+
+class FailsOnFreshInputs:
+    """An executor that evaluates as `local` does, except that the finalists named in `wrong` come out of their final
+    re-measurement wrong, as a kernel correct only on the search's inputs would."""
+
+    name, config_class = "fails-on-fresh-inputs", None
+    wrong: set[str] | None = None  # None: the first finalist re-measured
+
+    def __init__(self, config):
+        pass
+
+    def run(self, jobs, pipeline):
+        from hiera_core.pipeline import Evaluated
+
+        for job in jobs:
+            if job.remeasure and FailsOnFreshInputs.wrong is None:
+                FailsOnFreshInputs.wrong = {job.candidate.id}
+            if job.remeasure and (job.candidate.id in FailsOnFreshInputs.wrong or "*" in FailsOnFreshInputs.wrong):
+                yield job, Evaluated(evaluation=records.Incorrect(reason="check n=53 seed 101: max abs error 0.5", max_abs_error=0.5))
+            else:
+                yield job, pipeline.evaluate(job)
+
+
+class ExecutorPlugin:
+    @hookimpl
+    def hiera_register_executors(self):
+        return [FailsOnFreshInputs]
+
+
+def test_a_finalist_wrong_on_fresh_inputs_is_out_and_the_next_one_wins_and_with_none_left_no_winner_is_named(tmp_path):
+    import hiera_core
+
+    settings = dict(workload="stencil2d", arch="host", executor="fails-on-fresh-inputs", rounds=1, population=2,
+                    finalists=2, remeasure_passes=2, baselines=False, config={"workload": {"stencil2d": {"host_n": 48}}})
+    FailsOnFreshInputs.wrong = None
+    result = hiera_core.run(plugins=[ExecutorPlugin()], run_dir=str(tmp_path / "one"), **settings)
+    [out] = FailsOnFreshInputs.wrong
+    assert result.best is not None and result.best.id != out and isinstance(result.remeasured, records.Measured)
+    assert [f.candidate_id for f in result.finalists][-1] == out and result.finalists[-1].latency_ms is None
+    assert "Incorrect: check n=53" in result.finalists[-1].reason
+    remeasured = [e for e in RunStore.open(tmp_path / "one").events if isinstance(e, records.Remeasured)]
+    assert sum(e.candidate_id == out for e in remeasured) == 1  # out after its first pass: not measured again
+    assert f"| `{out}` |" in (tmp_path / "one" / "report.md").read_text() and "out: Incorrect" in (tmp_path / "one" / "report.md").read_text()
+
+    FailsOnFreshInputs.wrong = {"*"}
+    nobody = hiera_core.run(plugins=[ExecutorPlugin()], run_dir=str(tmp_path / "none"), **settings)
+    assert nobody.best is None and nobody.remeasured is None and len(nobody.finalists) == 2
+    assert "No finalist held up in the final re-measurement" in (tmp_path / "none" / "report.md").read_text()
