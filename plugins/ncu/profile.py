@@ -180,10 +180,24 @@ def parse_ncu_csv(text: str) -> list[KernelMetrics]:
     return kernels
 
 
+DEVICE_FACTS = ("device__attribute_", "nvlink__", "c2clink__", "numa__", "profiler__")
+"""Raw-page columns that describe the GPU, its links or the profiler rather than the kernel: the prompt's Target
+section states the GPU (a profile of the H200 carried some 200 of them, a third of a 37 KB prompt)."""
+
+
+def _kept(name: str) -> bool:
+    """A kernel metric worth recording: not a device fact, not the per-unit max or min of a figure whose average is
+    there, not a sum of percentages."""
+    if "__" not in name or name.startswith(DEVICE_FACTS):  # identity columns: ID, Kernel Name, Block Size, Device, ...
+        return False
+    parts = name.split(".")
+    return not (len(parts) > 1 and (parts[1] in ("max", "min") or (parts[1] == "sum" and "pct" in name)))
+
+
 def _kernel(header: list[str], units: list[str], row: list[str]) -> KernelMetrics:
     metrics = {}
     for name, unit, text in zip(header, units, row, strict=True):
-        if "__" not in name:  # identity columns: ID, Kernel Name, Block Size, Device, ...
+        if not _kept(name):
             continue
         value = _number(text)
         if value is not None:
