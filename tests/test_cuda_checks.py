@@ -119,12 +119,23 @@ def test_without_the_contract_the_candidate_writes_the_binding():
 def test_adaptive_timing_stops_when_the_mean_is_known_well_enough():
     from hiera_plugins.cuda.judge import timing_done
 
-    fixed = {"repeats": 10, "adaptive": False, "target_rse": 0.005, "max_repeats": 50}
+    fixed = {"repeats": 10, "adaptive": False, "target_rse": 0.005, "max_repeats": 50, "min_repeats": 3, "timing_budget_s": 2.0}
     adaptive = {**fixed, "adaptive": True}
     steady, noisy = [1.0, 1.001] * 5, [1.0, 2.0] * 5
-    assert not timing_done(steady[:9], fixed) and timing_done(steady, fixed) and timing_done(noisy, fixed)
-    assert timing_done(steady, adaptive) and not timing_done(noisy, adaptive)
-    assert timing_done([1.0, 2.0] * 25, adaptive)  # max_repeats
+    done = lambda times, timing: timing_done(times, [t + 1.0 for t in times], timing)  # noqa: E731 -- 1 ms of protocol a call
+    assert not done(steady[:9], fixed) and done(steady, fixed) and done(noisy, fixed)
+    assert done(steady, adaptive) and not done(noisy, adaptive)
+    assert done([1.0, 2.0] * 25, adaptive)  # max_repeats
+
+
+def test_slow_calls_are_timed_until_the_budget_by_the_judges_clock():
+    from hiera_plugins.cuda.judge import timing_done
+
+    timing = {"repeats": 100, "adaptive": False, "target_rse": 0.005, "max_repeats": 1000, "min_repeats": 10, "timing_budget_s": 2.0}
+    slow = [120.0] * 17  # stencil2d's conv2d baseline: 2.04 s in 17 calls
+    assert timing_done(slow, slow, timing) and not timing_done(slow[:16], slow[:16], timing)
+    assert not timing_done([300.0] * 9, [300.0] * 9, timing)  # never fewer than min_repeats
+    assert timing_done([0.001] * 17, slow, timing) and not timing_done(slow, [0.001] * 17, timing)
 
 
 def test_outputs_are_compared_in_chunks_with_the_same_verdict():

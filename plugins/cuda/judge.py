@@ -121,9 +121,12 @@ def device_state(device: int) -> dict[str, float]:
         return {}
 
 
-def timing_done(times: list[float], timing: dict[str, Any]) -> bool:
-    """Enough timed calls: `repeats`; when adaptive, until the relative standard error of the mean is
+def timing_done(times: list[float], walls: list[float], timing: dict[str, Any]) -> bool:
+    """Enough timed calls: `repeats`, or `min_repeats` once their wall times (the judge's clock, not the
+    runner's figures) add up to `timing_budget_s`; when adaptive, until the relative standard error of the mean is
     below `target_rse` (at most `max_repeats`)."""
+    if len(times) >= timing["min_repeats"] and sum(walls) >= timing["timing_budget_s"] * 1e3:
+        return True
     if len(times) < timing["repeats"]:
         return False
     if not timing["adaptive"] or len(times) >= timing["max_repeats"]:
@@ -322,7 +325,8 @@ class CudaJudge:
             labels.append(label)
         self.mark("correctness")
 
-        forced = set(self.random.sample(range(s["repeats"]), min(2, s["repeats"])))
+        # two checked calls chosen in secret: one among the first `min_repeats` (timing may stop there), one anywhere
+        forced = {self.random.randrange(max(1, min(s["min_repeats"], s["repeats"]))), self.random.randrange(max(1, s["repeats"]))}
         checked = 0
         times, walls, reference_times, compiled_times = [], [], [], []
         spent = compiled_spent = 0.0
@@ -338,7 +342,7 @@ class CudaJudge:
             reply, wall, views, target = self.call(inputs, timing_reference)
             times.append(reply.in_process_ms)
             walls.append(wall)
-            done = timing_done(times, s)
+            done = timing_done(times, walls, s)
             if i in forced or done or self.random.random() < s["check_fraction"]:  # the last one too
                 largest = max(largest, self.check(f"timed call {i} (fresh inputs)", inputs, views, target,
                                                   h.reference(timing_case, inputs)))
