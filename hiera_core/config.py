@@ -68,7 +68,7 @@ class RunConfig:
     finalists: int = 3
     remeasure_passes: int = 2
     baselines: bool = True
-    """Measure the workload's baselines (cuDNN called directly, ...) at the start of the run."""
+    """Measure the workload's baselines (cuDNN called directly, ...) beside the initial candidate, in its batch."""
     floor_margin: float = 0.9
     """A latency below this fraction of the task's roofline floor is rejected as impossible (the margin covers
     the floor's own measurement error: peaks measured on this machine)."""

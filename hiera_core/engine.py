@@ -12,7 +12,7 @@ import math
 import platform
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -153,10 +153,8 @@ class Engine:
         structlog.contextvars.bind_contextvars(run_id=self.store.manifest.run_id, task=session.task.name)
         self.roofline = self._roofline()
         hook.hiera_run_started(context=session.context, manifest=self.store.manifest, run_dir=self.store.path)
-        if self.run.baselines:
-            self._evaluate_baselines()
-
-        self._evaluate_round(0, self._generated(0, self._seed_batch))
+        baselines = self._baseline_jobs() if self.run.baselines else []
+        self._evaluate_round(0, self._generated(0, self._seed_batch), baselines=baselines)
         for round_ in range(1, self.run.rounds + 1):
             self.round = round_
             structlog.contextvars.bind_contextvars(round=round_)
@@ -310,7 +308,9 @@ class Engine:
 
     # --- evaluation ------------------------------------------------------------------------
 
-    def _evaluate_round(self, round_: int, batch: records.CandidatesGenerated) -> None:
+    def _evaluate_round(self, round_: int, batch: records.CandidatesGenerated, *, baselines: Sequence[tuple[EvalJob, str]] = ()) -> None:
+        """The batch's candidates not evaluated yet, in one executor call; `baselines` (jobs and their names) go with
+        them, after them, so that their builds and device time overlap the initial candidate's."""
         hook = self.session.pm.hook
         pending = []
         for candidate in batch.candidates:
@@ -320,8 +320,12 @@ class Engine:
                 hook.hiera_candidate_evaluated(context=self.session.context, candidate=candidate, evaluation=evaluation)
             else:
                 pending.append(self._job(candidate))
-        for job, evaluated in self.session.executor.run(pending, self.session.pipeline):
-            self._record(job, evaluated)
+        names = {job.workdir: name for job, name in baselines}
+        for job, evaluated in self.session.executor.run([*pending, *(job for job, _ in baselines)], self.session.pipeline):
+            if job.workdir in names:
+                self._record_baseline(names[job.workdir], job, evaluated)
+            else:
+                self._record(job, evaluated)
         best = self.best()
         best_eval = self._evaluation_of(best)
         latency = best_eval.latency_ms if isinstance(best_eval, Measured) else None
@@ -388,13 +392,14 @@ class Engine:
             return profiled.evaluation
         return evaluation
 
-    def _evaluate_baselines(self) -> None:
-        """The workload's baselines, each evaluated once per run like a candidate (outside the budget)."""
+    def _baseline_jobs(self) -> list[tuple[EvalJob, str]]:
+        """The workload's baselines not evaluated yet, as jobs with their names: each is evaluated once per run like a
+        candidate (outside the budget), beside the initial candidate."""
         offered = getattr(self.session.workload, "baselines", None)
         if offered is None:
-            return
+            return []
         done = {e.name for e in self.store.events if isinstance(e, records.BaselineEvaluated)}
-        names, jobs = {}, []
+        jobs = []
         for baseline in offered(self.session.task, self.session.arch_kind):
             if baseline.name in done:
                 continue
@@ -406,18 +411,17 @@ class Engine:
                 self.session, candidate, contract=self.contract, toolchain=self.toolchain, roofline=self.roofline,
                 workdir=self.store.path / "baselines" / candidate.id,
             )
-            names[job.workdir] = baseline.name
-            jobs.append(job)
-        for job, evaluated in self.session.executor.run(jobs, self.session.pipeline):
-            write_files(job.workdir, evaluated.files)
-            write_text_atomic(job.workdir / "evaluation.json", evaluation_to_json(evaluated.evaluation))
-            self.store.append(
-                records.BaselineEvaluated(
-                    name=names[job.workdir], candidate=job.candidate, evaluation=evaluated.evaluation,
-                    wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s, timeline=evaluated.timeline,
-                )
-            )
-            log.info("baseline_evaluated", baseline=names[job.workdir], outcome=type(evaluated.evaluation).__name__)
+            jobs.append((job, baseline.name))
+        return jobs
+
+    def _record_baseline(self, name: str, job: EvalJob, evaluated: Evaluated) -> None:
+        write_files(job.workdir, evaluated.files)
+        write_text_atomic(job.workdir / "evaluation.json", evaluation_to_json(evaluated.evaluation))
+        self.store.append(records.BaselineEvaluated(
+            name=name, candidate=job.candidate, evaluation=evaluated.evaluation, wall_s=round(evaluated.wall_s, 4),
+            stage_s=evaluated.stage_s, timeline=evaluated.timeline,
+        ))
+        log.info("baseline_evaluated", baseline=name, outcome=type(evaluated.evaluation).__name__)
 
     # --- the verdict -----------------------------------------------------------------------
 

@@ -385,7 +385,7 @@ class Baseline:
 
 @attrs.frozen(kw_only=True)
 class BaselineEvaluated:
-    """A workload baseline, evaluated by the same pipeline as candidates, at the start of the run."""
+    """A workload baseline, evaluated by the same pipeline as candidates, beside the initial candidate."""
 
     name: str
     candidate: Candidate
