@@ -88,6 +88,9 @@ class CudaRunConfig:
     """Timing stops once the timed calls have taken this long by the judge's clock and `min_repeats` are in: a
     120 ms kernel (stencil2d's conv2d baseline on the H200) is timed in 17 calls rather than 100 (12 s)."""
     min_repeats: int = 10
+    timing_attempts: int = 3
+    """Series of timed calls before the candidate is rejected because the judge's clock contradicts its timer: a
+    load that began after the calibration can make an honest series look so (`judging.bounded_series`)."""
     adaptive: bool = False
     """Keep timing until the median's relative standard error is below `target_rse`, or `max_repeats`."""
     target_rse: float = 0.005

@@ -328,38 +328,45 @@ class CudaJudge:
         # two checked calls chosen in secret: one among the first `min_repeats` (timing may stop there), one anywhere
         forced = {self.random.randrange(max(1, min(s["min_repeats"], s["repeats"]))), self.random.randrange(max(1, s["repeats"]))}
         checked = 0
-        times, walls, reference_times, compiled_times = [], [], [], []
+        reference_times, compiled_times = [], []
         spent = compiled_spent = 0.0
         budget_ms = s["reference_budget_s"] * 1e3
+
+        def series() -> tuple[list[float], list[float]]:
+            """One series of timed calls, each on fresh inputs, the reference (and the compiled one) interleaved."""
+            nonlocal largest, checked, spent, compiled_spent
+            times, walls = [], []
+            done = False
+            while not done:
+                i = len(times)
+                seed, distribution = self.random.getrandbits(62), h.distributions[i % len(h.distributions)]
+                inputs = h.make_inputs(timing_case, seed, distribution)
+                self.current = f"timed call {i}: {judging.describe_call(timing_case, seed, distribution)}"
+                self.warm_up()
+                reply, wall, views, target = self.call(inputs, timing_reference)
+                times.append(reply.in_process_ms)
+                walls.append(wall)
+                done = timing_done(times, walls, s)
+                if i in forced or done or self.random.random() < s["check_fraction"]:  # the last one too
+                    largest = max(largest, self.check(f"timed call {i} (fresh inputs)", inputs, views, target,
+                                                      h.reference(timing_case, inputs)))
+                    checked += 1
+                if s.get("reference_ms") is None and (len(reference_times) < s["min_reference_repeats"] or spent < budget_ms):
+                    elapsed, _ = timed(self.flush, lambda: self.baseline(inputs))
+                    reference_times.append(elapsed)
+                    spent += elapsed
+                if compiled is not None and (len(compiled_times) < s["min_reference_repeats"] or compiled_spent < budget_ms):
+                    elapsed, _ = timed(self.flush, lambda: compiled(inputs))
+                    compiled_times.append(elapsed)
+                    compiled_spent += elapsed
+            print(f"timing: {json.dumps({'overhead_ms': [round(x, 4) for x in overhead], 'in_process_ms': [round(x, 4) for x in times], 'wall_ms': [round(x, 4) for x in walls]})}",
+                  file=sys.stderr, flush=True)
+            return times, walls
+
         before = device_state(s["device"])
-        done = False
-        while not done:
-            i = len(times)
-            seed, distribution = self.random.getrandbits(62), h.distributions[i % len(h.distributions)]
-            inputs = h.make_inputs(timing_case, seed, distribution)
-            self.current = f"timed call {i}: {judging.describe_call(timing_case, seed, distribution)}"
-            self.warm_up()
-            reply, wall, views, target = self.call(inputs, timing_reference)
-            times.append(reply.in_process_ms)
-            walls.append(wall)
-            done = timing_done(times, walls, s)
-            if i in forced or done or self.random.random() < s["check_fraction"]:  # the last one too
-                largest = max(largest, self.check(f"timed call {i} (fresh inputs)", inputs, views, target,
-                                                  h.reference(timing_case, inputs)))
-                checked += 1
-            if s.get("reference_ms") is None and (len(reference_times) < s["min_reference_repeats"] or spent < budget_ms):
-                elapsed, _ = timed(self.flush, lambda: self.baseline(inputs))
-                reference_times.append(elapsed)
-                spent += elapsed
-            if compiled is not None and (len(compiled_times) < s["min_reference_repeats"] or compiled_spent < budget_ms):
-                elapsed, _ = timed(self.flush, lambda: compiled(inputs))
-                compiled_times.append(elapsed)
-                compiled_spent += elapsed
+        times, walls, bound = judging.bounded_series(series, overhead, attempts=s["timing_attempts"])
         after = device_state(s["device"])
         self.mark("timing")
-        print(f"timing: {json.dumps({'overhead_ms': [round(x, 4) for x in overhead], 'in_process_ms': [round(x, 4) for x in times], 'wall_ms': [round(x, 4) for x in walls]})}",
-              file=sys.stderr, flush=True)
-        bound = judging.bound_timing(times, walls, overhead)
         latency = statistics.median(times)
         if not bound.consistent:
             return Rejected(reason=bound.reason, latency_ms=latency)

@@ -76,6 +76,9 @@ class HostRunConfig:
     """The share of timed calls (each on fresh inputs) whose output the judge checks, chosen in secret; at least two."""
     memory_gib: float = 8.0
     """The candidate's sandbox may use this much memory (judge included)."""
+    timing_attempts: int = 3
+    """Series of timed calls before the candidate is rejected because the judge's clock contradicts its timer: a
+    load that began after the calibration can make an honest series look so (`judging.bounded_series`)."""
     busy_cores: float = 0.25
     """Other processes using this many of the machine's cores on average while a candidate is timed: its figure is
     marked as disturbed (`Measured.disturbed`), in the report and in the prompts."""

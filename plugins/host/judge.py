@@ -166,37 +166,46 @@ class Judge:
                     largest = max(largest, self.checked_call(label, case, h.make_inputs(case, seed, distribution)))
                     checks.append(label)
 
-        checked = set(self.random.sample(range(s["min_repeats"]), min(2, s["min_repeats"])))
-        times, walls, cpu, reference_times = [], [], [], []
+        forced = set(self.random.sample(range(s["min_repeats"]), min(2, s["min_repeats"])))
+        checked = 0
+        cpu, reference_times = [], []
         load = judging.OtherLoad(self.runner.process.pid)
 
-        def more() -> bool:
-            return len(times) < s["max_repeats"] and (len(times) < s["min_repeats"] or sum(walls) / 1e3 < s["min_time_s"])
+        def series() -> tuple[list[float], list[float]]:
+            """One series of timed calls, each on fresh inputs, the reference timed between them."""
+            nonlocal checked
+            times, walls = [], []
+            cpu.clear()
 
-        again = True
-        while again:
-            i = len(times)
-            seed, distribution = self.random.getrandbits(62), h.distributions[i % len(h.distributions)]
-            inputs = h.make_inputs(timing_case, seed, distribution)
-            self.current = f"timed call {i}: {judging.describe_call(timing_case, seed, distribution)}"
-            try:
-                self.warm_up()
-                reply, wall, views, out = self.call(timing_case, inputs)
-            except judging.CandidateFailed as exc:
-                raise judging.Wrong(f"timed call {i}: the call failed: {exc}") from None
-            times.append(reply.in_process_ms)
-            walls.append(wall)
-            cpu.append(reply.cpu_ms)
-            again = more()
-            if i in checked or self.random.random() < s["check_fraction"] or not again:  # the last one too
-                self.check(f"timed call {i} (fresh inputs)", timing_case, inputs, views, out)
-                checked.add(i)
-            if s.get("reference_ms") is None and len(reference_times) < s["reference_repeats"]:
-                t0 = time.perf_counter()
-                h.reference(timing_case, inputs)
-                reference_times.append((time.perf_counter() - t0) * 1e3)
+            def more() -> bool:
+                return len(times) < s["max_repeats"] and (len(times) < s["min_repeats"] or sum(walls) / 1e3 < s["min_time_s"])
+
+            again = True
+            while again:
+                i = len(times)
+                seed, distribution = self.random.getrandbits(62), h.distributions[i % len(h.distributions)]
+                inputs = h.make_inputs(timing_case, seed, distribution)
+                self.current = f"timed call {i}: {judging.describe_call(timing_case, seed, distribution)}"
+                try:
+                    self.warm_up()
+                    reply, wall, views, out = self.call(timing_case, inputs)
+                except judging.CandidateFailed as exc:
+                    raise judging.Wrong(f"timed call {i}: the call failed: {exc}") from None
+                times.append(reply.in_process_ms)
+                walls.append(wall)
+                cpu.append(reply.cpu_ms)
+                again = more()
+                if i in forced or self.random.random() < s["check_fraction"] or not again:  # the last one too
+                    self.check(f"timed call {i} (fresh inputs)", timing_case, inputs, views, out)
+                    checked += 1
+                if s.get("reference_ms") is None and len(reference_times) < s["reference_repeats"]:
+                    t0 = time.perf_counter()
+                    h.reference(timing_case, inputs)
+                    reference_times.append((time.perf_counter() - t0) * 1e3)
+            return times, walls
+
+        times, _, bound = judging.bounded_series(series, overhead, attempts=s["timing_attempts"])
         other_cores = load.cores()
-        bound = judging.bound_timing(times, walls, overhead)
         latency = statistics.median(times)
         if not bound.consistent:
             return Rejected(reason=bound.reason, latency_ms=latency)
@@ -229,7 +238,7 @@ class Judge:
             checks=checks,
             timing_bound=bound.reason,
             reference_engine=getattr(h, "reference_engine", ""),
-            checked_timed_calls=len(checked),
+            checked_timed_calls=checked,
             disturbed=disturbed,
             conditions={"other_load_cores": round(other_cores, 3)} if other_cores is not None else {},
             metrics={  # from the runner's CPU clock: a planning signal, not a verdict
