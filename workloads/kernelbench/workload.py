@@ -195,7 +195,7 @@ class KernelBench:
         lines.append(
             f"KernelBench tasks have one shape: correctness is checked on it with seeds {', '.join(map(str, CHECK_SEEDS))}"
             " and both distributions (one seed and distribution where the full set of inputs would not fit in half the"
-            f" GPU's memory), the calls are timed on fresh inputs, and the best candidate is measured again at the end"
+            f" GPU's memory), the calls are timed on fresh inputs, and the best few candidates are measured again at the end"
             f" with seeds {', '.join(map(str, REMEASURE_SEEDS))}."
         )
         return "\n".join(lines)

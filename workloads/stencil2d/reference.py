@@ -65,8 +65,8 @@ def describe_inputs(*, field: str, radius: int, steps: int, cases: Sequence[Mapp
         " each), so read them on every call.",
         f"- radius {radius} and steps {steps}: fixed for this task.",
         f"Before timing, correctness is checked at {checked}; the calls are then timed at n = {timed}, each on"
-        " fresh inputs, and a share of them, chosen in secret, is checked too. The best candidate is measured again"
-        f" at the end, in a fresh process, at n = {', '.join(str(c['n']) for c in remeasure_cases)} with seeds"
+        " fresh inputs, and a share of them, chosen in secret, is checked too. The best few candidates are measured"
+        f" again at the end, each in fresh processes, at n = {', '.join(str(c['n']) for c in remeasure_cases)} with seeds"
         f" {', '.join(map(str, REMEASURE_SEEDS))}.",
     ))
 
