@@ -69,6 +69,9 @@ class RunConfig:
     remeasure_passes: int = 2
     baselines: bool = True
     """Measure the workload's baselines (cuDNN called directly, ...) beside the initial candidate, in its batch."""
+    baseline_cache: str = "~/.cache/hiera/baselines"
+    """Where measured baselines are kept for later runs of the same task on the same machine, toolchain, versions
+    and evaluator settings, which take them from there (`hiera_core.baseline_cache`); empty: measured in every run."""
     floor_margin: float = 0.9
     """A latency below this fraction of the task's roofline floor is rejected as impossible (the margin covers
     the floor's own measurement error: peaks measured on this machine)."""

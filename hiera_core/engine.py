@@ -21,14 +21,14 @@ import attrs
 import pluggy
 import structlog
 
-from hiera_core import agents, peaks, records, sandbox
+from hiera_core import agents, baseline_cache, peaks, records, sandbox
 from hiera_core.config import ConfigError
 from hiera_core.pipeline import SPACE_CHECK, Evaluated
 from hiera_core.plugins import PluginError, collect
 from hiera_core.protocols import AnswerPending, EvalJob, NoSeed, StagePassed
 from hiera_core.records import Candidate, Evaluation, Measured
 from hiera_core.report import write_report
-from hiera_core.serialization import evaluation_to_json
+from hiera_core.serialization import evaluation_to_json, to_dict
 from hiera_core.session import TABLE_KIND, Session
 from hiera_core.store import RunStore, new_run_id, write_text_atomic
 
@@ -394,7 +394,8 @@ class Engine:
 
     def _baseline_jobs(self) -> list[tuple[EvalJob, str]]:
         """The workload's baselines not evaluated yet, as jobs with their names: each is evaluated once per run like a
-        candidate (outside the budget), beside the initial candidate."""
+        candidate (outside the budget), beside the initial candidate. One an earlier run measured on this machine
+        and toolchain (`[run] baseline_cache`) is recorded from there instead."""
         offered = getattr(self.session.workload, "baselines", None)
         if offered is None:
             return []
@@ -407,12 +408,27 @@ class Engine:
                 id=candidate_id(baseline.source, self.contract, self.toolchain), source=baseline.source,
                 space=baseline.space, round=0, origin=baseline.origin or baseline.name,
             )
+            kept = baseline_cache.recall(self.run.baseline_cache, self._baseline_key(candidate))
+            if kept is not None:
+                evaluation, reused_from = kept
+                self.store.append(records.BaselineEvaluated(name=baseline.name, candidate=candidate, evaluation=evaluation,
+                                                            wall_s=0.0, reused_from=reused_from))
+                log.info("baseline_reused", baseline=baseline.name, reused_from=reused_from)
+                continue
             job = new_job(
                 self.session, candidate, contract=self.contract, toolchain=self.toolchain, roofline=self.roofline,
                 workdir=self.store.path / "baselines" / candidate.id,
             )
             jobs.append((job, baseline.name))
         return jobs
+
+    def _baseline_key(self, candidate: Candidate) -> str:
+        manifest = self.store.manifest
+        return baseline_cache.key(
+            arch=self.session.arch_name, hardware=manifest.hardware, toolchain=self.toolchain, versions=manifest.versions,
+            evaluators=self.session.resolved_config().get("evaluator", {}), task=f"{self.session.workload.name}: {json.dumps(to_dict(self.session.task), sort_keys=True)}",
+            contract_id=self.contract.id, source=candidate.source,
+        )
 
     def _record_baseline(self, name: str, job: EvalJob, evaluated: Evaluated) -> None:
         write_files(job.workdir, evaluated.files)
@@ -421,6 +437,9 @@ class Engine:
             name=name, candidate=job.candidate, evaluation=evaluated.evaluation, wall_s=round(evaluated.wall_s, 4),
             stage_s=evaluated.stage_s, timeline=evaluated.timeline,
         ))
+        if isinstance(evaluated.evaluation, Measured):
+            baseline_cache.keep(self.run.baseline_cache, self._baseline_key(job.candidate), evaluated.evaluation,
+                                self.store.manifest.run_id)
         log.info("baseline_evaluated", baseline=name, outcome=type(evaluated.evaluation).__name__)
 
     # --- the verdict -----------------------------------------------------------------------

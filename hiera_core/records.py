@@ -393,6 +393,9 @@ class BaselineEvaluated:
     wall_s: float
     stage_s: dict[str, float] = attrs.field(factory=dict)
     timeline: Timeline = attrs.field(factory=Timeline)
+    reused_from: str = ""
+    """Where this run took the measurement from instead of measuring it ("run R, DATE": `[run] baseline_cache`);
+    empty when this run measured it."""
 
 
 @attrs.frozen(kw_only=True)

@@ -465,19 +465,23 @@ def _baselines_section(
         return []
     lines = [
         "",
-        "## Baselines (measured in this run)",
+        "## Baselines (measured in this run)" if not any(e.reused_from for e in baselines) else "## Baselines",
         "",
         "| baseline | space | latency (ms) | of the floor | best found is |",
         "|---|---|---|---|---|",
     ]
     for e in baselines:
         ev = e.evaluation
+        name = f"{e.name} (measured in {e.reused_from})" if e.reused_from else e.name
         if not isinstance(ev, Measured):
-            lines.append(f"| {e.name} | {e.candidate.space} | {type(ev).__name__}: {_reason(ev)} | - | - |")
+            lines.append(f"| {name} | {e.candidate.space} | {type(ev).__name__}: {_reason(ev)} | - | - |")
             continue
         floor = f"{roofline.floor_ms / ev.latency_ms:.0%}" if roofline is not None else "-"
         versus = f"**{ev.latency_ms / best.latency_ms:.2f}×** faster" if best is not None else "-"
-        lines.append(f"| {e.name} | {e.candidate.space} | {ev.latency_ms:.3f} | {floor} | {versus} |")
+        lines.append(f"| {name} | {e.candidate.space} | {ev.latency_ms:.3f} | {floor} | {versus} |")
+    if any(e.reused_from for e in baselines):
+        lines += ["", "A baseline measured in an earlier run on this machine, toolchain and settings was taken from the"
+                      " baseline cache (`[run] baseline_cache`; empty measures every run's baselines)."]
     return lines
 
 

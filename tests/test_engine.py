@@ -310,7 +310,8 @@ def test_a_workloads_baselines_are_measured_once_and_reported_beside_the_best(tm
     ]
     monkeypatch.setattr(host, "baselines", lambda task: offered, raising=False)
     config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 1, "population": 2},
-                         overrides=["workload.stencil2d.host_n=48", "run.remeasure=false", "executor.local.workers=3"])
+                         overrides=["workload.stencil2d.host_n=48", "run.remeasure=false", "executor.local.workers=3",
+                                    'run.baseline_cache=""'])
     session = Session.create(config, make_plugin_manager())
     store = create_run(session, tmp_path / "run")
     Engine(session, store).optimize()
@@ -331,6 +332,38 @@ def test_a_workloads_baselines_are_measured_once_and_reported_beside_the_best(tm
 
     Engine(session, store).optimize()  # resumed: nothing measured again
     assert len([e for e in store.events if isinstance(e, records.BaselineEvaluated)]) == 2
+
+
+def test_a_baseline_measured_by_an_earlier_run_on_this_machine_is_taken_from_the_cache(tmp_path, monkeypatch):
+    """The second run of a task records its measured baseline from the first run's (saying so), measures again
+    what failed, and with the cache off measures everything."""
+    from hiera_workloads.stencil2d import host
+
+    template = host.HostStencilTemplate()
+    offered = [
+        records.Baseline(name="unrolled by hand", space="pure_cuda", source=template.render({**template.defaults(), "unroll": 4})),
+        records.Baseline(name="broken", space="pure_cuda", source="int stencil2d(void) { return }"),
+    ]
+    monkeypatch.setattr(host, "baselines", lambda task: offered, raising=False)
+
+    def run(name: str, cache: str) -> list[records.BaselineEvaluated]:
+        config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 0},
+                             overrides=["workload.stencil2d.host_n=48", "run.remeasure=false", f'run.baseline_cache="{cache}"'])
+        session = Session.create(config, make_plugin_manager())
+        store = create_run(session, tmp_path / name)
+        Engine(session, store).optimize()
+        return {e.name: e for e in store.events if isinstance(e, records.BaselineEvaluated)}
+
+    cache = str(tmp_path / "cache")
+    first, second = run("first", cache), run("second", cache)
+    assert not first["unrolled by hand"].reused_from and isinstance(first["unrolled by hand"].evaluation, records.Measured)
+    reused = second["unrolled by hand"]
+    assert reused.evaluation == first["unrolled by hand"].evaluation and reused.reused_from.startswith("run ")
+    assert reused.timeline.stage_at == {} and not (tmp_path / "second" / "baselines" / reused.candidate.id).exists()
+    assert not second["broken"].reused_from  # a failure is measured again
+    report = (tmp_path / "second" / "report.md").read_text()
+    assert f"| unrolled by hand (measured in {reused.reused_from}) |" in report
+    assert not run("third", "")["unrolled by hand"].reused_from
 
 
 def test_a_several_step_task_reports_the_time_per_step(tmp_path):
