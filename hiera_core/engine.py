@@ -28,7 +28,7 @@ from hiera_core.plugins import PluginError, collect
 from hiera_core.protocols import AnswerPending, EvalJob, NoSeed, StagePassed
 from hiera_core.records import Candidate, Evaluation, Measured
 from hiera_core.report import write_report
-from hiera_core.serialization import evaluation_to_json, to_dict
+from hiera_core.serialization import evaluation_to_json
 from hiera_core.session import TABLE_KIND, Session
 from hiera_core.store import RunStore, new_run_id, write_text_atomic
 
@@ -423,10 +423,10 @@ class Engine:
         return jobs
 
     def _baseline_key(self, candidate: Candidate) -> str:
-        manifest = self.store.manifest
+        manifest, session = self.store.manifest, self.session
         return baseline_cache.key(
-            arch=self.session.arch_name, hardware=manifest.hardware, toolchain=self.toolchain, versions=manifest.versions,
-            evaluators=self.session.resolved_config().get("evaluator", {}), task=f"{self.session.workload.name}: {json.dumps(to_dict(self.session.task), sort_keys=True)}",
+            arch=session.arch_name, hardware=manifest.hardware, toolchain=self.toolchain, versions=manifest.versions,
+            evaluators=session.resolved_config().get("evaluator", {}), workload=session.workload.name, task=session.task,
             contract_id=self.contract.id, source=candidate.source,
         )
 
