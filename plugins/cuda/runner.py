@@ -90,6 +90,14 @@ def runtime_calls(fn, inputs) -> tuple[Any, list[str], list[str]]:
     return out, kernels, sorted(ops.names)
 
 
+def warm_profiler() -> None:
+    """One profiled call of a trivial kernel, before the runner says Ready: the profiler's first start (CUPTI and
+    Kineto, 4-7 s of a judge's time under the device lock on the H200) falls in the runner's start-up, which overlaps
+    other candidates' device time; the runtime check's own session then reuses what it set up (Kineto keeps CUPTI
+    unless TEARDOWN_CUPTI=1)."""
+    runtime_calls(lambda x: x + 1, [torch.zeros(1, device="cuda")])
+
+
 class Runner:
     def __init__(self) -> None:
         self.inputs_arena = self.output_arena = None
@@ -162,6 +170,7 @@ def main() -> None:
     if "--profile" in sys.argv:
         profile_one_call(json.loads(sys.stdin.readline()))
         return
+    warm_profiler()
     judging.serve(Runner().handle)
 
 
