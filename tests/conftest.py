@@ -30,6 +30,19 @@ def write_distribution(site: Path, name: str, version: str, entry_points: dict[s
     return site
 
 
+@pytest.fixture(scope="session", autouse=True)
+def home_of_its_own(tmp_path_factory):
+    """hiera keeps its caches under ~/.cache/hiera (builds, baselines, the machine's peaks): the suite's, and the
+    `hiera` processes it starts, go to a home of the session's own, so a test run neither reads nor changes the user's."""
+    saved = os.environ.get("HOME")
+    os.environ["HOME"] = str(tmp_path_factory.mktemp("home"))
+    yield
+    if saved is None:
+        os.environ.pop("HOME", None)
+    else:
+        os.environ["HOME"] = saved
+
+
 @pytest.fixture
 def hiera(tmp_path):
     def call(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
