@@ -95,8 +95,6 @@ class CudaRunConfig:
     """Keep timing until the median's relative standard error is below `target_rse`, or `max_repeats`."""
     target_rse: float = 0.005
     max_repeats: int = 1000
-    input_sets: int = 3
-    """Input sets the timed calls rotate over (different storage and values)."""
     min_reference_repeats: int = 5
     reference_budget_s: float = 3.0
     """The reference is timed interleaved with the candidate until it has this much GPU time (and at least
