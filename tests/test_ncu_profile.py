@@ -378,3 +378,47 @@ def test_other_fatal_ncu_errors_are_recognised_and_a_clean_run_is_not():
 def test_profile_module_imports_without_torch():
     code = "import sys, hiera_plugins.ncu.profile; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_profiled_runner_starts_before_the_device_lock_and_only_its_calls_hold_the_device(tmp_path):
+    """ncu and the runner start (ncu's injection, the interpreter, the CUDA context, the inputs, the candidate's load)
+    while other candidates hold the GPU; the lock is taken when the runner says READY. A stand-in for ncu that takes
+    1 s to start and then prints ncu's CSV shows where the lock falls, on a machine without a GPU."""
+    import os
+    import time
+
+    import attrs
+
+    from hiera_core import api, judging, records
+    from hiera_core.engine import candidate_id, new_job
+    from hiera_plugins.ncu import NcuProfile, NcuProfileConfig
+
+    fake = tmp_path / "ncu"
+    fake.write_text(f"#!{sys.executable}\nimport sys, time\nsys.stdin.readline()\ntime.sleep(1.0)\n"
+                    f"print({judging.READY!r}, flush=True)\nif sys.stdin.readline().strip() != 'go':\n    sys.exit(3)\n"
+                    f"sys.stdout.write({NCU_OUTPUT!r})\n")
+    os.chmod(fake, 0o755)
+    config = api.settings(workload="stencil2d", arch="cuda", sets=["workload.stencil2d.n=256"])
+    session = api.session(config, device=False)
+    contract = session.workload.contract(session.task, "cuda")
+    toolchain = session.arch.toolchain()
+    source = session.workload.seed(session.task, "cuda")[0]
+    candidate = records.Candidate(id=candidate_id(source, contract, toolchain), source=source, space=session.spaces[-1].name,
+                                  round=0, origin="seed")
+    library = tmp_path / "build" / "candidate.so"
+    library.parent.mkdir()
+    library.write_bytes(b"")
+    measured = records.Measured(latency_ms=0.07, latency_p10_ms=0.07, latency_p90_ms=0.08, repeats=10,
+                                reference_latency_ms=1.0, max_abs_error=0.0)
+    job = attrs.evolve(new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=None, workdir=tmp_path / "job"),
+                       artifacts={"library": str(library)}, measured=measured, refine=True)
+
+    started = time.time()
+    with judging.recording_holds() as held:
+        profiled = NcuProfile(NcuProfileConfig(ncu=str(fake))).evaluate(job)
+    assert isinstance(profiled, records.Measured) and profiled.profile is not None
+    assert profiled.profile.source == "ncu" and profiled.profile.unavailable is None, profiled.profile
+    assert any("boundary_fix launches 64 blocks" in finding for finding in profiled.profile.findings), profiled.profile.findings
+    [(held_from, held_to)] = held
+    assert held_from - started >= 1.0, "the start-up held the device"
+    assert held_to - held_from < 1.0
