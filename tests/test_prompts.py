@@ -124,6 +124,16 @@ def test_cuda_describes_what_it_can_know_without_a_visible_gpu(monkeypatch):
     assert "compute capability 9.0a" in text and "not known here" in text
 
 
+def test_the_toolchain_a_prompt_states_is_versions_and_flags_not_this_machine_s_paths(tmp_path):
+    from hiera_core.agents.prompts import built_with
+
+    toolchain = CudaArchitecture(CudaConfig(arch_list="9.0a", cache_dir=str(tmp_path / "builds"))).toolchain()
+    line = built_with(toolchain)
+    assert f"torch: {toolchain['torch']}" in line and "arch_list: 9.0a" in line and "cuda_cflags: -O3" in line, line
+    assert str(tmp_path) not in line and "cache_dir" not in line, line
+    assert toolchain["cuda_home"] not in line or not toolchain["cuda_home"].startswith("/"), line
+
+
 def test_no_host_prompt_speaks_of_gpu_hardware_outside_the_space_names_and_the_task_s_gpu_size(host_run):
     prompts, _ = host_run
     for role, texts in prompts.items():

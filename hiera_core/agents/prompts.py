@@ -48,10 +48,21 @@ def _contract_section(ctx: PlanningContext) -> str:
 
 
 def _target_section(session: Session, ctx: PlanningContext) -> str:
-    tools = "; ".join(f"{k}: {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in ctx.toolchain.items())
     peaks = _peaks(ctx, session.config.run.floor_margin)
-    lines = [f"# Target\nArchitecture `{ctx.arch}`.", session.context.hardware, peaks, f"The file is built with {tools}."]
+    lines = [f"# Target\nArchitecture `{ctx.arch}`.", session.context.hardware, peaks, f"The file is built with {built_with(ctx.toolchain)}."]
     return "\n".join(line for line in lines if line)
+
+
+def built_with(toolchain: dict[str, Any]) -> str:
+    """The toolchain as the prompts state it: what a file is built with (versions, flags), not where things lie on this
+    machine. Paths (a cache folder, an install root, include folders) tell a model nothing it can use, and a prompt
+    leaves the machine for the model's provider: a value that is a path, or a list of paths, or empty is left out."""
+    def path(value: Any) -> bool:
+        return isinstance(value, str) and value.startswith(("/", "~"))
+
+    shown = {k: v for k, v in toolchain.items()
+             if v not in ("", [], None) and not path(v) and not (isinstance(v, list) and all(map(path, v)))}
+    return "; ".join(f"{k}: {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in shown.items())
 
 
 def _peaks(ctx: PlanningContext, margin: float) -> str:
