@@ -27,7 +27,10 @@ def test_the_main_job_finds_a_faster_valid_kernel_and_reports_it(hiera, tmp_path
     # every candidate was checked against the FP64 reference: measured (correct) or rejected with a reason
     assert all(isinstance(e.evaluation, (records.Measured, records.Incorrect)) for e in evaluated)
     seed = evaluated[0].evaluation
-    best = min((e.evaluation for e in evaluated if isinstance(e.evaluation, records.Measured)), key=lambda m: m.latency_ms)
+    # the winner is the finalist fastest when re-measured, not necessarily the search's fastest: the report compares its
+    # figure in the search with the initial candidate's
+    [finished] = [e for e in RunStore.open(run).events if isinstance(e, records.RunFinished)]
+    best = next(e.evaluation for e in evaluated if e.candidate.id == finished.best_candidate_id)
     assert seed.latency_ms / best.latency_ms > 2.0
     report = (run / "report.md").read_text()
     assert f"{seed.latency_ms / best.latency_ms:.2f}×** faster than the initial candidate" in report
