@@ -91,9 +91,7 @@ class NcuProfile:
                 done = gated_run(box, request, gate=device_lock(gpu_lock_name(self.config.device)), timeout_s=self.config.timeout_s)
                 if done is not None:
                     box.process.wait(timeout=60)  # its output closed: ncu is ending
-            except BrokenPipeError:  # it ended before it could be sent `go`: its exit status says how
-                done = ("", False)
-            except subprocess.TimeoutExpired:
+            except (BrokenPipeError, subprocess.TimeoutExpired):
                 done = None
             finally:
                 box.kill()
