@@ -121,10 +121,20 @@ def run_judge(
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
         )
         try:
-            done = gated_run(box, json.dumps(to_dict(request)), gate=device_lock, timeout_s=timeout_s)
-            if done is None:
+            box.process.stdin.write(json.dumps(to_dict(request)) + "\n")
+            box.process.stdin.flush()
+            before = _read_until(box, READY, timeout_s)
+            if before is None:
                 return TimedOut(limit_s=timeout_s)
-            stdout = done[0]
+            stdout, ready = before
+            if ready:
+                with device_lock or contextlib.nullcontext():
+                    box.process.stdin.write("go\n")
+                    box.process.stdin.flush()
+                    after = _read_until(box, None, timeout_s)
+                if after is None:
+                    return TimedOut(limit_s=timeout_s)
+                stdout = after[0]
             box.process.wait(timeout=60)  # its output closed: it is ending
         except (BrokenPipeError, subprocess.TimeoutExpired):
             stdout = ""
@@ -137,23 +147,6 @@ def run_judge(
         return Crashed(reason=f"the judge gave no answer ({sandbox.describe_exit(box.process.returncode or 0)})"
                               f"{': ' + ' | '.join(tail) if tail else ''}", stderr_tail=stderr_tail(scratch / RUNNER_LOG))
     return from_dict(json.loads(lines[-1]), JudgeAnswer)
-
-
-def gated_run(box: sandbox.Sandboxed, request: str, *, gate: AbstractContextManager | None,
-              timeout_s: float) -> tuple[str, bool] | None:
-    """Feed `request` (one line) to a sandboxed process that prepares, prints READY and waits for `go` (a judge; a
-    runner under Nsight Compute): its start-up runs outside `gate` (the device lock), the rest inside it. Returns what
-    it printed (READY left out) and whether READY came; None, everything killed, when a phase outlasts `timeout_s`."""
-    box.process.stdin.write(request + "\n")
-    box.process.stdin.flush()
-    before = _read_until(box, READY, timeout_s)
-    if before is None or not before[1]:
-        return before
-    with gate or contextlib.nullcontext():
-        box.process.stdin.write("go\n")
-        box.process.stdin.flush()
-        after = _read_until(box, None, timeout_s)
-    return None if after is None else (before[0] + after[0], True)
 
 
 def _read_until(box: sandbox.Sandboxed, marker: str | None, timeout_s: float) -> tuple[str, bool] | None:
@@ -242,7 +235,7 @@ def read_request() -> JudgeRequest:
 
 
 def wait_for_go() -> None:
-    """Judge (or a runner under Nsight Compute): say READY, then block until hiera holds the device and sends `go`."""
+    """Judge: say READY, then block until hiera holds the device and sends `go`."""
     print(READY, flush=True)
     if sys.stdin.readline().strip() != "go":
         sys.exit(3)

@@ -4,8 +4,7 @@ wrote, copies its output into the judge's output buffer, and says what its CUDA 
 says is believed: the judge reads the output itself and bounds every figure with its own clock.
 
 `python -m hiera_plugins.cuda.runner DEVICE` serves the judge; `... DEVICE --profile` (under Nsight Compute,
-no judge) prepares, says READY, and after `go` runs an unprofiled warm-up and then exactly one call inside the NVTX
-range named on stdin.
+no judge) runs an unprofiled warm-up and then exactly one call inside the NVTX range named on stdin.
 """
 
 from __future__ import annotations
@@ -150,13 +149,11 @@ class Runner:
 
 
 def profile_one_call(request: dict[str, Any]) -> None:
-    """For Nsight Compute: the inputs and the candidate's load; READY; after `go` an unprofiled warm-up, then exactly one
-    call inside the NVTX range."""
+    """For Nsight Compute: an unprofiled warm-up, then exactly one call inside the NVTX range."""
     harness = judging.harness_of(request["workload_factory"], request["workload_config"],
                                  from_dict(request["task"], Task), "cuda")
     inputs = harness.make_inputs(harness.timing_case(), harness.seeds(False)[0], harness.distributions[0])
     fn = getattr(load_candidate(request["library"]), harness.entry)
-    judging.wait_for_go()  # all of the above outside the device lock; the calls under it
     fn(*inputs)
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_push(request["nvtx_range"])

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import ClassVar
@@ -13,16 +12,15 @@ import attrs
 
 from hiera_core import EvalJob, StagePassed, hookimpl
 from hiera_core.config import ConfigError
-from hiera_core import sandbox
-from hiera_core.judging import device_lock, gated_run
+from hiera_core.judging import device_lock
 from hiera_core.records import Evaluation
+from hiera_core.sandbox import describe_exit, run_sandboxed
 
 from hiera_plugins.cuda.architecture import gpu_lock_name
 from hiera_plugins.ncu import profile
 
 RUNNER = "hiera_plugins.cuda.runner"
-"""The process ncu profiles: the cuda runner, which in `--profile` mode prepares (imports, the CUDA context, the inputs,
-the candidate's load), says READY, and once hiera holds the device calls the candidate once inside an NVTX range."""
+"""The process ncu profiles: the cuda runner, which in `--profile` mode calls the candidate once inside an NVTX range."""
 
 
 @attrs.frozen(kw_only=True)
@@ -69,35 +67,16 @@ class NcuProfile:
         request = {**job.worker_request(), "nvtx_range": range_name}
         command = profile.ncu_command([sys.executable, "-m", RUNNER, str(self.config.device), "--profile"],
                                       ncu=ncu, nvtx_range=range_name)
-        stdout, stderr, returncode = self._run(job, command, json.dumps(request))
-        (job.workdir / "ncu.log").write_text((stdout or "")[-200_000:] + stderr[-20_000:])
-        problem = "ncu timed out" if stdout is None else profile.permission_problem(stdout + stderr)
-        kernels = [] if problem else profile.parse_ncu_csv(stdout)
+        with device_lock(gpu_lock_name(self.config.device)):
+            result = run_sandboxed(command, cwd=job.workdir / "profile", readable=[job.workdir, Path(job.artifacts["library"]).parent],
+                                   timeout_s=self.config.timeout_s, stdin=json.dumps(request))
+        (job.workdir / "ncu.log").write_text(result.stdout[-200_000:] + result.stderr[-20_000:])
+        problem = "ncu timed out" if result.timed_out else profile.permission_problem(result.stdout + result.stderr)
+        kernels = [] if problem else profile.parse_ncu_csv(result.stdout)
         if problem or not kernels:
-            return _unprofiled(measured, problem or f"ncu reported no kernel in the NVTX range ({sandbox.describe_exit(returncode or 0)})")
+            return _unprofiled(measured, problem or f"ncu reported no kernel in the NVTX range ({describe_exit(result.returncode or 0)})")
         summary = profile.summarize(kernels, latency_ms=measured.latency_ms, roofline=job.roofline)  # SMs: ncu's launch__sm_count
         return attrs.evolve(measured, profile=summary)
-
-    def _run(self, job: EvalJob, command: list[str], request: str) -> tuple[str | None, str, int | None]:
-        """ncu and the runner in a sandbox, their start-up (ncu's, the interpreter's, the CUDA context, the inputs,
-        the candidate's load) before the device lock, the profiled calls under it: what they printed (None on time-out),
-        their stderr and exit status."""
-        scratch = job.workdir / "profile"
-        scratch.mkdir(parents=True, exist_ok=True)
-        with open(scratch / "stderr.log", "w+") as err:
-            box = sandbox.start(command, scratch=scratch, readable=[job.workdir, Path(job.artifacts["library"]).parent],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
-            try:
-                done = gated_run(box, request, gate=device_lock(gpu_lock_name(self.config.device)), timeout_s=self.config.timeout_s)
-                if done is not None:
-                    box.process.wait(timeout=60)  # its output closed: ncu is ending
-            except (BrokenPipeError, subprocess.TimeoutExpired):
-                done = None
-            finally:
-                box.kill()
-                box.process.wait()
-            err.seek(0)
-            return (None if done is None else done[0]), err.read(), box.process.returncode
 
 
 def _unprofiled(measured, why: str):
