@@ -645,6 +645,9 @@ class AttachOrder:
     """Open the judge's shared buffers (on a GPU: CUDA IPC handles, pickled and base64-encoded by the judge)."""
 
     handles: str
+    places: int = 1
+    """How many places the judge's calls rotate over: the runner keeps the candidate's last `places - 1` outputs
+    alive, so that its allocator hands each call's output a block of its own, in rotation, as well."""
 
 
 Order = AttachOrder | LoadOrder | CallOrder

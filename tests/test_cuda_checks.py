@@ -138,6 +138,24 @@ def test_slow_calls_are_timed_until_the_budget_by_the_judges_clock():
     assert timing_done([0.001] * 17, slow, timing) and not timing_done(slow, [0.001] * 17, timing)
 
 
+def test_calls_rotate_over_places_of_their_own_within_a_memory_cap():
+    """The judge's calls rotate over several places for inputs and output, so that one process's figure is not
+    one placement's; each place has pages of its own, the inputs at another offset against the output each time;
+    a task too large for several places within the cap gets one."""
+    from hiera_plugins.cuda.judge import ALIGN, PLACEMENT_BYTES, places
+
+    grid = 10240 * 10240 * 8  # stencil2d's task: one FP64 grid in, one out
+    count, in_stride, out_stride = places(grid, grid, 4)
+    assert count == 4
+    starts = [(k * in_stride, k * out_stride) for k in range(count)]
+    assert all(b[0] - a[0] >= grid and b[1] - a[1] >= grid for a, b in zip(starts, starts[1:]))  # no overlap
+    assert len({(i - o) % 2**21 for i, o in starts}) == count  # the input lies elsewhere against the output each time
+    assert all(i % ALIGN == 0 and o % ALIGN == 0 for i, o in starts)
+    assert places(grid, grid, 1)[0] == 1 and places(100, 4, 4)[0] == 4
+    assert places(PLACEMENT_BYTES // 3, PLACEMENT_BYTES // 3, 4)[0] == 1  # never more than the cap, never none
+    assert places(PLACEMENT_BYTES, PLACEMENT_BYTES, 4)[0] == 1
+
+
 def test_outputs_are_compared_in_chunks_with_the_same_verdict():
     """Large outputs are compared a chunk at a time (whole-tensor FP64 temporaries ran the H200 out of
     memory on KernelBench level 1 task 38); the verdict and the first bad element do not depend on it."""

@@ -88,6 +88,10 @@ class CudaRunConfig:
     """Timing stops once the timed calls have taken this long by the judge's clock and `min_repeats` are in: a
     120 ms kernel (stencil2d's conv2d baseline on the H200) is timed in 17 calls rather than 100 (12 s)."""
     min_repeats: int = 10
+    placements: int = 4
+    """The calls rotate over this many places in GPU memory for the inputs and the output (fewer where the buffers
+    of a large task would take more than 8 GiB): the figure is an average over placements, which vary between
+    processes, rather than one placement's. Each place has pages of its own and lies at another offset."""
     timing_attempts: int = 3
     """Series of timed calls before the candidate is rejected because the judge's clock contradicts its timer: a
     load that began after the calibration can make an honest series look so (`judging.bounded_series`)."""

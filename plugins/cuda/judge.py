@@ -50,6 +50,13 @@ from hiera_core.records import (
 from hiera_plugins.cuda.runner import FLUSH_BYTES, seeded
 
 ALIGN = 256
+PLACEMENT_BYTES = 8 * 2**30
+"""At most this much GPU memory for the inputs' and the output's places together: a task whose buffers are larger
+gets fewer places (one, if one pair alone is larger)."""
+PLACE_ALIGN = 2**21
+STAGGER = 2**16
+"""Each input place starts this much further past a 2 MiB boundary than the one before (the output places do
+not), so that the places differ in where an input lies against its output as well as in their pages."""
 CALIBRATION_CALLS = 21
 COMPARE_CHUNK = 2**26
 """Elements compared at a time: FP64 temporaries of 512 MiB whatever the output's size (level 1 task 38's
@@ -159,8 +166,16 @@ def max_error(out: torch.Tensor, reference: torch.Tensor, rtol: float, atol: flo
     return error, first_bad
 
 
-def _aligned(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+def _aligned(n: int, align: int = ALIGN) -> int:
+    return (n + align - 1) // align * align
+
+
+def places(in_bytes: int, out_bytes: int, wanted: int) -> tuple[int, int, int]:
+    """(places, input stride, output stride): how many places the calls rotate over, for inputs of `in_bytes`
+    and an output of `out_bytes`, and how far apart they lie; `wanted` at most, within `PLACEMENT_BYTES`."""
+    in_stride = _aligned(max(in_bytes, ALIGN), PLACE_ALIGN) + STAGGER
+    out_stride = _aligned(max(out_bytes, ALIGN), PLACE_ALIGN)
+    return max(1, min(wanted, PLACEMENT_BYTES // (in_stride + out_stride))), in_stride, out_stride
 
 
 class CudaJudge:
@@ -186,24 +201,31 @@ class CudaJudge:
     # --- the buffers ------------------------------------------------------------------------------
 
     def attach(self, cases: list[tuple]) -> None:
-        """Allocate the two buffers for the largest inputs and output of `cases` and hand them to the runner."""
+        """Allocate the two buffers, each with `placements` places for the largest inputs and output of `cases`,
+        and hand them to the runner. Every call goes to the next place: within one process the figure is an
+        average over several placements in memory rather than one placement's, which varies between processes."""
         in_bytes = max(sum(_aligned(t.numel() * t.element_size()) for t in inputs) for _, inputs, _ in cases)
         out_bytes = max(ref.numel() * torch.empty((), dtype=self.out_dtype).element_size() for _, _, ref in cases)
-        self.inputs_arena = torch.empty(max(in_bytes, ALIGN), dtype=torch.uint8, device="cuda")
-        self.output_arena = torch.empty(max(out_bytes, ALIGN), dtype=torch.uint8, device="cuda")
+        self.place_count, self.in_stride, self.out_stride = places(in_bytes, out_bytes, self.s["placements"])
+        self.place_index = 0
+        self.inputs_arena = torch.empty(self.place_count * self.in_stride, dtype=torch.uint8, device="cuda")
+        self.output_arena = torch.empty(self.place_count * self.out_stride, dtype=torch.uint8, device="cuda")
         handles = base64.b64encode(pickle.dumps((reduce_tensor(self.inputs_arena), reduce_tensor(self.output_arena)))).decode()
-        reply, _ = self.runner.ask(AttachOrder(handles=handles), timeout_s=self.timeout_s)
+        reply, _ = self.runner.ask(AttachOrder(handles=handles, places=self.place_count), timeout_s=self.timeout_s)
         if not isinstance(reply, Loaded):
             raise judging.RunnerGone(f"the runner could not open the judge's buffers: {reply}")
 
     def place(self, inputs: list[torch.Tensor], reference: torch.Tensor) -> tuple[dict[str, BufferView], BufferView, torch.Tensor]:
-        views, offset = {}, 0
+        """Write `inputs` into the next place, fill its output with NaN (-1 for integers)."""
+        k = self.place_index
+        self.place_index = (k + 1) % self.place_count
+        views, offset = {}, k * self.in_stride
         for i, tensor in enumerate(inputs):
             view = BufferView(offset_bytes=offset, shape=list(tensor.shape), dtype=str(tensor.dtype)[6:])
             self._array(self.inputs_arena, view).copy_(tensor)
             views[str(i)] = view
             offset = _aligned(offset + tensor.numel() * tensor.element_size())
-        out = BufferView(offset_bytes=0, shape=list(reference.shape), dtype=str(self.out_dtype)[6:])
+        out = BufferView(offset_bytes=k * self.out_stride, shape=list(reference.shape), dtype=str(self.out_dtype)[6:])
         target = self._array(self.output_arena, out)
         target.fill_(float("nan")) if target.is_floating_point() else target.fill_(-1)
         torch.cuda.synchronize()

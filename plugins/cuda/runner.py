@@ -10,6 +10,7 @@ no judge) runs an unprofiled warm-up and then exactly one call inside the NVTX r
 from __future__ import annotations
 
 import base64
+import collections
 import importlib.util
 import json
 import os
@@ -104,11 +105,13 @@ class Runner:
         self.fn = None
         self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         self.null_sources: dict[tuple, torch.Tensor] = {}
+        self.kept: collections.deque[torch.Tensor] = collections.deque(maxlen=0)
 
     def handle(self, order: Order) -> Reply:
         if isinstance(order, AttachOrder):
             (rebuild_in, args_in), (rebuild_out, args_out) = pickle.loads(base64.b64decode(order.handles))
             self.inputs_arena, self.output_arena = rebuild_in(*args_in), rebuild_out(*args_out)
+            self.kept = collections.deque(maxlen=order.places - 1)
             return Loaded()
         if isinstance(order, LoadOrder):
             harness = judging.harness_of(order.workload_factory, order.workload_config, order.task, "cuda")
@@ -145,6 +148,8 @@ class Runner:
                                      f" {str(target.dtype)[6:]} {list(target.shape)}")
         target.copy_(out)
         torch.cuda.synchronize()
+        if not order.null and self.kept.maxlen:
+            self.kept.append(out)  # held until `places - 1` calls later: the next output lands elsewhere
         return CallDone(in_process_ms=start.elapsed_time(end), kernels=kernels, aten_ops=ops)
 
 
