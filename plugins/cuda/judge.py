@@ -7,8 +7,9 @@ output buffer with NaN, orders the call, and reads the output buffer and the inp
 
 1. correctness: every case, seed and distribution against an FP64 reference computed here (TF32 off);
 2. timing: each timed call on inputs never seen before (no result cache can hit), a secret random share of
-   them (at least two, and the last) checked like the correctness cases; the runner's CUDA events (L2
-   flushed in its process before each call) are accepted only where the judge's clock around the call,
+   them (at least two, and the last) checked like the correctness cases; the runner's CUDA events (queued
+   around the call right after an L2 flush, with no wait on the host in between: the host's own latencies
+   are not in the figure) are accepted only where the judge's clock around the call,
    less the protocol's own overhead measured before the candidate was loaded, agrees
    (`judging.bound_timing`); the reference (eager PyTorch) is timed here, interleaved, the same way;
 3. one more checked call under the runner's profiler and a dispatcher log: the kernels and ATen operators
@@ -97,16 +98,16 @@ def main() -> None:
 
 
 def timed(flush: torch.Tensor, call) -> tuple[float, Any]:
-    """(milliseconds, result) of one `call` in this process, timed with CUDA events after `flush` (a buffer
-    larger than L2) is overwritten, so the call starts from a cold L2 as every timed call of the protocol does."""
-    flush.zero_()
+    """(milliseconds, result) of one `call` in this process, timed as the runner times the candidate: CUDA events
+    queued around it right after `flush` (a buffer larger than L2) is overwritten, so the call starts from a cold
+    L2 and its launch overlaps the flush."""
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    flush.zero_()
     start.record()
     out = call()
-    torch.cuda.synchronize()  # device-wide: work on any stream is inside the interval
     end.record()
-    end.synchronize()
+    torch.cuda.synchronize()
     return start.elapsed_time(end), out
 
 
