@@ -55,6 +55,22 @@ def main() -> int:
     print(f"{candidate.id} of {store.manifest.run_id} ({store.manifest.task.name} on {session.arch_name}):"
           f" {headline:.4f} ms in {where}; {args.times} fresh evaluations")
     rows = []
+
+    def record() -> dict:
+        """What is measured so far, also written to `--json` after every evaluation: a run cut short keeps it."""
+        figures = [r["latency_ms"] for r in rows if "latency_ms" in r]
+        median = statistics.median(figures) if figures else None
+        result = {
+            "run": str(args.run_dir), "candidate": candidate.id, "task": store.manifest.task.name, "arch": session.arch_name,
+            "hardware": store.manifest.hardware, "host": platform.node(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "headline_ms": headline, "headline_from": where, "evaluations": rows, "median_ms": median,
+            "max_deviation_fraction": max(abs(f - median) for f in figures) / median if figures else None,
+            "headline_deviation_fraction": (headline - median) / median if figures else None,
+        }
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2))
+        return result
+
     for i in range(args.times):
         job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=roofline, workdir=scratch / str(i))
         outcome = session.pipeline.evaluate(job)
@@ -64,29 +80,23 @@ def main() -> int:
         if not isinstance(ev, records.Measured):
             print(f"  {i}: {type(ev).__name__}: {getattr(ev, 'reason', '')}  [{stages}]")
             rows.append({"outcome": type(ev).__name__})
+            record()
             continue
         print(f"  {i}: {ev.latency_ms:.4f} ms (p10 {ev.latency_p10_ms:.4f}, p90 {ev.latency_p90_ms:.4f}, {ev.repeats} calls)"
               f"{'  disturbed: ' + ev.disturbed if ev.disturbed else ''}  [{stages}; device held {held:.2f} s]"
               + (f"\n     {', '.join(f'{k} {v:g}' for k, v in sorted(ev.conditions.items()))}" if ev.conditions else ""))
         rows.append({"latency_ms": ev.latency_ms, "p10_ms": ev.latency_p10_ms, "p90_ms": ev.latency_p90_ms, "repeats": ev.repeats,
                      "disturbed": ev.disturbed, "conditions": ev.conditions, "stage_s": outcome.stage_s, "device_held_s": held, "wall_s": outcome.wall_s})
-    figures = [r["latency_ms"] for r in rows if "latency_ms" in r]
-    if not figures:
+        record()
+    result = record()
+    if result["median_ms"] is None:
         print("no evaluation was measured")
         return 1
-    median = statistics.median(figures)
-    spread = max(abs(f - median) for f in figures) / median
-    off = (headline - median) / median
-    print(f"median {median:.4f} ms; farthest {spread:+.1%} of it ({min(figures):.4f}–{max(figures):.4f} ms);"
+    figures = [r["latency_ms"] for r in rows if "latency_ms" in r]
+    spread, off = result["max_deviation_fraction"], result["headline_deviation_fraction"]
+    print(f"median {result['median_ms']:.4f} ms; farthest {spread:+.1%} of it ({min(figures):.4f}–{max(figures):.4f} ms);"
           f" the headline {headline:.4f} ms is {off:+.1%} from it;"
           f" {'within' if spread <= 0.03 and abs(off) <= 0.03 else 'NOT within'} ±3%")
-    if args.json:
-        args.json.write_text(json.dumps({
-            "run": str(args.run_dir), "candidate": candidate.id, "task": store.manifest.task.name, "arch": session.arch_name,
-            "hardware": store.manifest.hardware, "host": platform.node(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "headline_ms": headline, "headline_from": where, "evaluations": rows, "median_ms": median,
-            "max_deviation_fraction": spread, "headline_deviation_fraction": off,
-        }, indent=2))
     return 0
 
 
