@@ -200,7 +200,7 @@ def test_the_seed_is_evaluated_in_the_most_controlled_space_that_admits_it(tmp_p
     plugins = str(Path(__file__).parent / "plugins")
     monkeypatch.syspath_prepend(plugins)
     monkeypatch.setenv("PYTHONPATH", plugins)  # the evaluation workers rebuild the workload by module name
-    kinds = {}
+    kinds, reasons = {}, {}
     for space in ("adaptive", "pure_cuda"):
         config = load_config(tmp_path, environ={}, cli={"workload": "threaded", "arch": "host", "rounds": 0, "space": space},
                              overrides=["workload.threaded.host_n=48", "run.remeasure=false"])
@@ -209,7 +209,8 @@ def test_the_seed_is_evaluated_in_the_most_controlled_space_that_admits_it(tmp_p
         Engine(session, store).optimize()
         [seed] = [e for e in store.events if isinstance(e, records.CandidateEvaluated)]
         kinds[space] = (seed.candidate.space, type(seed.evaluation).__name__)
-    assert kinds["adaptive"] == ("cuda_libraries", "Measured")
+        reasons[space] = getattr(seed.evaluation, "reason", "")
+    assert kinds["adaptive"] == ("cuda_libraries", "Measured"), reasons
     assert kinds["pure_cuda"] == ("pure_cuda", "StaticRejected")
 
 
