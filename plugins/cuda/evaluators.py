@@ -90,8 +90,9 @@ class CudaRunConfig:
     min_repeats: int = 10
     placements: int = 4
     """The calls rotate over this many places in GPU memory for the inputs and the output (fewer where the buffers
-    of a large task would take more than 8 GiB): the figure is an average over placements, which vary between
-    processes, rather than one placement's. Each place has pages of its own and lies at another offset."""
+    of a large task would take more than 8 GiB), each with pages of its own and at another offset: a cache keyed by
+    addresses has nothing stable to key on, and the figure is not one placement's (on the H200 placements did not
+    move the stencil's figure: docs/measurement.md)."""
     timing_attempts: int = 3
     """Series of timed calls before the candidate is rejected because the judge's clock contradicts its timer: a
     load that began after the calibration can make an honest series look so (`judging.bounded_series`)."""

@@ -203,8 +203,7 @@ class CudaJudge:
 
     def attach(self, cases: list[tuple]) -> None:
         """Allocate the two buffers, each with `placements` places for the largest inputs and output of `cases`,
-        and hand them to the runner. Every call goes to the next place: within one process the figure is an
-        average over several placements in memory rather than one placement's, which varies between processes."""
+        and hand them to the runner. Every call goes to the next place (`CudaRunConfig.placements`)."""
         in_bytes = max(sum(_aligned(t.numel() * t.element_size()) for t in inputs) for _, inputs, _ in cases)
         out_bytes = max(ref.numel() * torch.empty((), dtype=self.out_dtype).element_size() for _, _, ref in cases)
         self.place_count, self.in_stride, self.out_stride = places(in_bytes, out_bytes, self.s["placements"])
