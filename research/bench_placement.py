@@ -36,6 +36,23 @@ from hiera_core.protocols import StagePassed
 from hiera_plugins.cuda.runner import FLUSH_BYTES, load_candidate
 
 
+def built_library(source_path: Path | None, config, session, out: Path, who: str) -> str | None:
+    """The library hiera's own build makes of `source_path` (default: the stencil2d template's ring kernel, the H200
+    runs' winner), built into `out`; None, said on stderr, when it does not build."""
+    if source_path is not None:
+        source = source_path.read_text()
+    else:
+        template = session.workload.templates(session.task, "cuda")[0]
+        params = {**template.defaults(), "tiling": "ring", "boundary": "split", "vector_loads": True}
+        source = template.render(params)
+        print(f"source: {template.describe(params)}")
+    built = api.evaluate(source, config, workdir=out, device=False).evaluation
+    if not isinstance(built, StagePassed):
+        print(f"{who}: the source did not build: {built}", file=sys.stderr)
+        return None
+    return built.job.artifacts["library"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, help="a cuda_source.cu (default: the stencil2d ring kernel)")
@@ -53,19 +70,11 @@ def main() -> int:
 
     config = api.settings(workload=args.workload, task=args.task, arch="cuda", sets=args.sets)
     session = api.session(config)
-    if args.source is not None:
-        source = args.source.read_text()
-    else:
-        template = session.workload.templates(session.task, "cuda")[0]
-        params = {**template.defaults(), "tiling": "ring", "boundary": "split", "vector_loads": True}
-        source = template.render(params)
-        print(f"source: {template.describe(params)}")
-    built = api.evaluate(source, config, workdir=args.out, device=False).evaluation
-    if not isinstance(built, StagePassed):
-        print(f"bench_placement: the source did not build: {built}", file=sys.stderr)
+    library = built_library(args.source, config, session, args.out, "bench_placement")
+    if library is None:
         return 1
     harness = session.workload.harness(session.task, "cuda")
-    fn = getattr(load_candidate(built.job.artifacts["library"]), harness.entry)
+    fn = getattr(load_candidate(library), harness.entry)
     case = harness.timing_case()
     seed = harness.seeds(False)[0]
 

@@ -93,26 +93,19 @@ def main() -> int:
 
     import torch
 
+    from bench_placement import built_library  # this folder is on the path of a script run from it
+
     from hiera_core import api
-    from hiera_core.protocols import StagePassed
 
     if not torch.cuda.is_available():
         print("bench_timers: needs a CUDA device", file=sys.stderr)
         return 1
     config = api.settings(workload=args.workload, task=args.task, arch="cuda", sets=args.sets)
     session = api.session(config)
-    if args.source is not None:
-        source = args.source.read_text()
-    else:
-        template = session.workload.templates(session.task, "cuda")[0]
-        params = {**template.defaults(), "tiling": "ring", "boundary": "split", "vector_loads": True}
-        source = template.render(params)
-        print(f"source: {template.describe(params)}")
-    built = api.evaluate(source, config, workdir=args.out, device=False).evaluation
-    if not isinstance(built, StagePassed):
-        print(f"bench_timers: the source did not build: {built}", file=sys.stderr)
+    library = built_library(args.source, config, session, args.out, "bench_timers")
+    if library is None:
         return 1
-    command = [sys.executable, __file__, "--child", built.job.artifacts["library"], "--workload", args.workload,
+    command = [sys.executable, __file__, "--child", library, "--workload", args.workload,
                "--rounds", str(args.rounds), *(["--task", args.task] if args.task else []),
                *[f"--set={s}" for s in args.sets]]
     rows = []
