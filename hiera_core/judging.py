@@ -25,6 +25,7 @@ import os
 import re
 import resource
 import selectors
+import shutil
 import signal
 import statistics
 import subprocess
@@ -103,50 +104,78 @@ def recording_holds():
         _holds.intervals = previous
 
 
-def run_judge(
-    module: str, request: JudgeRequest, *, workdir: Path, timeout_s: float, memory_bytes: int | None = None,
-    device_lock: AbstractContextManager | None = None, env_extra: dict[str, str] | None = None,
-) -> Judged | Evaluation:
-    """Run an architecture's judge (`python -m module`) on one candidate, in a new sandbox.
+class StartedJudge:
+    """An architecture's judge (`python -m module`) for one candidate, in a new sandbox, started before the
+    candidate is built: it prepares (interpreter, imports, harness, its runner up to `Ready`) while the build runs,
+    and only then does anything wait for it.
 
-    The judge starts at once and prepares (interpreter, imports, harness, its runner up to `Ready`); only after it prints
-    `READY` is `device_lock` taken and `go` sent, so start-up overlaps other candidates' device time. Each
-    phase has `timeout_s`; at the end of it the whole sandbox is killed. Returns the judge's `Judged`, or
-    the Evaluation that ends the pipeline. The judge's log goes to `workdir/judge.log`."""
-    scratch = workdir / "scratch"
-    with open(workdir / "judge.log", "w") as log:
-        box = sandbox.start(
-            [sys.executable, "-m", module], scratch=scratch, readable=[Path(request.library).parent],
-            memory_bytes=memory_bytes, env_extra=env_extra,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+    `evaluate(job)` copies the built library (`job.artifacts["library"]`) into the judge's scratch folder, waits
+    for `READY`, takes `device_lock`, and sends `go` with the library's path; so neither the start-up nor the build
+    holds the device. Each phase has `timeout_s`; at the end of it the whole sandbox is killed. `measured(job,
+    judged)` turns the judge's `Judged` into the stage's result; any other answer ends the pipeline. The judge's log
+    goes to `workdir/judge.log`. `cancel()` kills a judge whose candidate never got built."""
+
+    def __init__(self, module: str, request: JudgeRequest, *, workdir: Path, timeout_s: float,
+                 measured: Callable[[Any, Judged], Any], memory_bytes: int | None = None,
+                 device_lock: AbstractContextManager | None = None, env_extra: dict[str, str] | None = None) -> None:
+        self.scratch, self.workdir, self.timeout_s = workdir / "scratch", workdir, timeout_s
+        self.measured, self.device_lock = measured, device_lock
+        self.log = open(workdir / "judge.log", "w")
+        self.box = sandbox.start(
+            [sys.executable, "-m", module], scratch=self.scratch, memory_bytes=memory_bytes, env_extra=env_extra,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
         )
         try:
-            box.process.stdin.write(json.dumps(to_dict(request)) + "\n")
-            box.process.stdin.flush()
-            before = _read_until(box, READY, timeout_s)
+            self.box.process.stdin.write(json.dumps(to_dict(request)) + "\n")
+            self.box.process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it ended at once: `evaluate` reports how
+
+    def evaluate(self, job: Any) -> Any:
+        """The stage's result for `job`, whose library is built: the judge's verdict."""
+        answer = self._answer(Path(job.artifacts["library"]))
+        return self.measured(job, answer) if isinstance(answer, Judged) else answer
+
+    def cancel(self) -> None:
+        """End a judge that will not be asked: its candidate did not build. Its folders go with it."""
+        self._stop()
+        (self.workdir / "judge.log").unlink(missing_ok=True)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _stop(self) -> None:
+        self.box.kill()
+        self.box.process.wait()
+        self.log.close()
+
+    def _answer(self, library: Path) -> Judged | Evaluation:
+        copy = self.scratch / library.name  # in the sandbox's own folder, which it sees whatever becomes of /tmp there
+        shutil.copyfile(library, copy)
+        box = self.box
+        try:
+            before = _read_until(box, READY, self.timeout_s)
             if before is None:
-                return TimedOut(limit_s=timeout_s)
+                return TimedOut(limit_s=self.timeout_s)
             stdout, ready = before
             if ready:
-                with device_lock or contextlib.nullcontext():
-                    box.process.stdin.write("go\n")
+                with self.device_lock or contextlib.nullcontext():
+                    box.process.stdin.write(f"go {json.dumps(str(copy))}\n")
                     box.process.stdin.flush()
-                    after = _read_until(box, None, timeout_s)
+                    after = _read_until(box, None, self.timeout_s)
                 if after is None:
-                    return TimedOut(limit_s=timeout_s)
+                    return TimedOut(limit_s=self.timeout_s)
                 stdout = after[0]
             box.process.wait(timeout=60)  # its output closed: it is ending
         except (BrokenPipeError, subprocess.TimeoutExpired):
             stdout = ""
         finally:
-            box.kill()
-            box.process.wait()
-    lines = stdout.strip().splitlines()
-    if not lines:
-        tail = [line for line in (workdir / "judge.log").read_text().splitlines() if line.strip()][-2:]
-        return Crashed(reason=f"the judge gave no answer ({sandbox.describe_exit(box.process.returncode or 0)})"
-                              f"{': ' + ' | '.join(tail) if tail else ''}", stderr_tail=stderr_tail(scratch / RUNNER_LOG))
-    return from_dict(json.loads(lines[-1]), JudgeAnswer)
+            self._stop()
+            copy.unlink(missing_ok=True)
+        lines = stdout.strip().splitlines()
+        if not lines:
+            tail = [line for line in (self.workdir / "judge.log").read_text().splitlines() if line.strip()][-2:]
+            return Crashed(reason=f"the judge gave no answer ({sandbox.describe_exit(box.process.returncode or 0)})"
+                                  f"{': ' + ' | '.join(tail) if tail else ''}", stderr_tail=stderr_tail(self.scratch / RUNNER_LOG))
+        return from_dict(json.loads(lines[-1]), JudgeAnswer)
 
 
 def _read_until(box: sandbox.Sandboxed, marker: str | None, timeout_s: float) -> tuple[str, bool] | None:
@@ -234,11 +263,14 @@ def read_request() -> JudgeRequest:
     return from_dict(json.loads(sys.stdin.readline()), JudgeRequest)
 
 
-def wait_for_go() -> None:
-    """Judge: say READY, then block until hiera holds the device and sends `go`."""
+def wait_for_go() -> str:
+    """Judge: say READY, then block until hiera holds the device and sends `go` with the built library's path;
+    that path."""
     print(READY, flush=True)
-    if sys.stdin.readline().strip() != "go":
+    word, _, library = sys.stdin.readline().partition(" ")
+    if word != "go":
         sys.exit(3)
+    return json.loads(library)
 
 
 def answer(result: JudgeAnswer) -> None:
@@ -339,10 +371,10 @@ def call(runner: Runner, order: Order, *, timeout_s: float) -> tuple[CallDone, f
     return reply, wall_ms
 
 
-def load(runner: Runner, request: JudgeRequest, *, timeout_s: float) -> Crashed | None:
-    """Have the runner load the candidate (it is untrusted from here on); the Crashed record if it could not."""
+def load(runner: Runner, request: JudgeRequest, library: str, *, timeout_s: float) -> Crashed | None:
+    """Have the runner load the candidate's `library` (it is untrusted from here on); the Crashed record if it could not."""
     reply, _ = runner.ask(LoadOrder(workload_factory=request.workload_factory, workload_config=request.workload_config,
-                                    task=request.task, library=request.library), timeout_s=timeout_s)
+                                    task=request.task, library=library), timeout_s=timeout_s)
     if isinstance(reply, Loaded):
         return None
     return runner.crashed(f"loading the candidate failed: {getattr(reply, 'reason', reply)}")

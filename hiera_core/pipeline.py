@@ -142,30 +142,48 @@ class Pipeline:
         stage_s[SPACE_CHECK] = round(time.perf_counter() - started, 4)
         if reason:
             return records.StaticRejected(reason=f"{job.candidate.space}: {reason}")
-        for evaluator in self.evaluators:
-            holds, on_demand = getattr(evaluator, "holds_device", False), getattr(evaluator, "on_demand", False)
-            if on_demand != job.refine and (on_demand or holds):
-                continue  # an on-demand stage on a new candidate; a measuring stage on a measured one
-            if not device and holds:
-                return StagePassed(job=job)
-            stage_at[evaluator.name] = round(time.time(), 4)
-            started = time.perf_counter()
-            try:
-                result = evaluator.evaluate(job)
-            except Exception as exc:  # an evaluator bug costs this candidate, not the run
-                log.exception("evaluator_failed", evaluator=evaluator.name, candidate=job.candidate.id)
-                return records.Crashed(reason=f"evaluator {evaluator.name} failed: {exc!r}")
-            finally:
-                stage_s[evaluator.name] = round(time.perf_counter() - started, 4)
-            if isinstance(result, StagePassed):
-                job = result.job
-            elif isinstance(result, Measured):
-                job = attrs.evolve(job, measured=result)
-            else:
-                return result
+        running = [e for e in self.evaluators if self._runs(e, job) and (device or not getattr(e, "holds_device", False))]
+        early: dict[str, Any] = {}
+        try:
+            for evaluator in running[1:]:  # what takes long to start starts now, while the stages ahead run
+                if hasattr(evaluator, "start"):
+                    try:
+                        early[evaluator.name] = evaluator.start(job)
+                    except Exception:  # noqa: BLE001 -- its own turn starts it again and says what failed
+                        log.exception("evaluator_start_failed", evaluator=evaluator.name, candidate=job.candidate.id)
+            for evaluator in self.evaluators:
+                if not self._runs(evaluator, job):
+                    continue
+                if not device and getattr(evaluator, "holds_device", False):
+                    return StagePassed(job=job)
+                stage_at[evaluator.name] = round(time.time(), 4)
+                started = time.perf_counter()
+                try:
+                    result = (early.pop(evaluator.name, None) or evaluator).evaluate(job)
+                except Exception as exc:  # an evaluator bug costs this candidate, not the run
+                    log.exception("evaluator_failed", evaluator=evaluator.name, candidate=job.candidate.id)
+                    return records.Crashed(reason=f"evaluator {evaluator.name} failed: {exc!r}")
+                finally:
+                    stage_s[evaluator.name] = round(time.perf_counter() - started, 4)
+                if isinstance(result, StagePassed):
+                    job = result.job
+                elif isinstance(result, Measured):
+                    job = attrs.evolve(job, measured=result)
+                else:
+                    return result
+        finally:
+            for unused in early.values():  # an earlier stage ended the pipeline
+                unused.cancel()
         if job.measured is None:
             raise RuntimeError(f"no evaluator of '{job.arch}' measured the candidate")
         return implausible(job.measured, job.roofline, self.run) or job.measured
+
+    @staticmethod
+    def _runs(evaluator: Evaluator, job: EvalJob) -> bool:
+        """Whether the stage runs on `job`: not an on-demand stage on a new candidate, nor a measuring one on a
+        measured candidate (`EvalJob.refine`)."""
+        holds, on_demand = getattr(evaluator, "holds_device", False), getattr(evaluator, "on_demand", False)
+        return not (on_demand != job.refine and (on_demand or holds))
 
     def request(self, job: EvalJob, *, device: bool = True) -> dict[str, Any]:
         """`job` encoded for `evaluate_elsewhere`; CannotTravel when the pipeline cannot be rebuilt elsewhere."""

@@ -387,6 +387,12 @@ class Evaluator(Protocol):
     `on_demand` (attribute or property; False without it) marks a stage that refines a measurement (a profiler)
     and runs only on the candidates planning reads: the parents, before a round is planned from them
     (`EvalJob.refine`), not on every candidate.
+
+    An optional `start(job)` starts the stage's slow preparation (a judge's interpreter, imports, its runner) at
+    once, before the stages ahead of it run, and returns an object whose `evaluate(job)` then finishes the stage as
+    `evaluate` would and whose `cancel()` ends it when an earlier stage ends the pipeline. The pipeline calls it,
+    for the stages that will run, as a job's evaluation begins (`hiera_core.judging.StartedJudge`: a judge starts
+    while its candidate builds).
     """
 
     name: ClassVar[str]

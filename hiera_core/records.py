@@ -538,14 +538,13 @@ Event = (
 
 @attrs.frozen(kw_only=True)
 class JudgeRequest:
-    """What hiera asks an architecture's judge: evaluate one built candidate of one task."""
+    """What hiera asks an architecture's judge: evaluate one candidate of one task (its built library, which only the
+    runner loads, comes later, with `go`: the judge starts while the candidate builds)."""
 
     workload_factory: str
     """`module:Class@DIR` of the workload, so the judge (and the runner) can rebuild its harness."""
     workload_config: dict[str, Any]
     task: Task
-    library: str
-    """The built candidate (a shared object), which only the runner loads."""
     remeasure: bool = False
     settings: dict[str, Any] = attrs.field(factory=dict)
     """The architecture's evaluation settings (repeats, device, ...), as its run stage's config holds them."""

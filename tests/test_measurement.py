@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +195,51 @@ def test_a_finalist_wrong_on_fresh_inputs_is_out_and_the_next_one_wins_and_with_
     nobody = hiera_core.run(plugins=[ExecutorPlugin()], run_dir=str(tmp_path / "none"), **settings)
     assert nobody.best is None and nobody.remeasured is None and len(nobody.finalists) == 2
     assert "No finalist held up in the final re-measurement" in (tmp_path / "none" / "report.md").read_text()
+
+
+SLOW_CC = r'''#!{python}
+"""A C compiler that first waits (up to 20 s) until the candidate's judge has started its runner (whose log the
+judge opens in its scratch folder), notes whether it did, then compiles, or fails where the source says so."""
+import pathlib, subprocess, sys, time
+out = pathlib.Path(sys.argv[sys.argv.index("-o") + 1])
+deadline = time.time() + 20
+while not (out.parent / "scratch" / "runner.log").exists() and time.time() < deadline:
+    time.sleep(0.1)
+(out.parent / "judge-seen-while-compiling").write_text(str((out.parent / "scratch" / "runner.log").exists()))
+if "BREAK_THE_BUILD" in pathlib.Path(sys.argv[-3]).read_text():
+    sys.exit("slow-cc: broken on purpose")
+sys.exit(subprocess.call(["cc", *sys.argv[1:]]))
+'''
+
+
+def _running_in(root: Path) -> list[str]:
+    """The processes (that this one may inspect) working in a folder under `root`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")).is_relative_to(root.resolve()):
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found
+
+
+def test_a_judge_starts_while_its_candidate_compiles_and_a_broken_build_leaves_none_running(tmp_path):
+    cc = tmp_path / "slow-cc"
+    cc.write_text(SLOW_CC.replace("{python}", sys.executable))
+    cc.chmod(0o755)
+    config = load_config(tmp_path, environ={}, cli={"arch": "host"}, overrides=[
+        "workload.stencil2d.host_n=32", f"arch.host.cc={cc}", "evaluator.host-run.min_time_s=0.02"])
+    session = Session.create(config, make_plugin_manager())
+    [template] = session.workload.templates(session.task, "host")
+    source = template.render(template.defaults())
+
+    _, evaluation = evaluate_source(session, source, space="pure_cuda", workdir=tmp_path / "honest")
+    assert isinstance(evaluation, records.Measured), evaluation
+    assert [m.read_text() for m in (tmp_path / "honest").glob("*/judge-seen-while-compiling")] == ["True"]
+
+    _, broken = evaluate_source(session, source + "\n/* BREAK_THE_BUILD */\n", space="pure_cuda", workdir=tmp_path / "broken")
+    assert isinstance(broken, records.CompileFailed), broken
+    assert [m.read_text() for m in (tmp_path / "broken").glob("*/judge-seen-while-compiling")] == ["True"]
+    assert _running_in(tmp_path / "broken") == []
+    assert not list((tmp_path / "broken").glob("*/judge.log")) and not list((tmp_path / "broken").glob("*/scratch"))

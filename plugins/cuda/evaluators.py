@@ -10,7 +10,7 @@ from typing import ClassVar
 import attrs
 
 from hiera_core import EvalJob, StagePassed
-from hiera_core.judging import device_lock, run_judge
+from hiera_core.judging import StartedJudge, device_lock
 from hiera_core.records import CompileFailed, Evaluation, JudgeRequest, Judged, Profile, StaticRejected
 
 from hiera_plugins.cuda import checks
@@ -121,20 +121,26 @@ class CudaRun:
     def __init__(self, config: CudaRunConfig) -> None:
         self.config = config
 
-    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+    def start(self, job: EvalJob) -> StartedJudge:
+        """Its judge, started while the candidate builds (`protocols.Evaluator.start`)."""
         compile_baseline = self.config.compile_baseline and job.compiled_reference
         memory = int(self.config.memory_gib * 2**30)
         request = JudgeRequest(
             workload_factory=job.workload_factory, workload_config=job.workload_config, task=job.task,
-            library=job.artifacts["library"], remeasure=job.remeasure,
+            remeasure=job.remeasure,
             settings={**attrs.asdict(self.config), "compile_baseline": compile_baseline, "memory_bytes": memory,
                       "reference_ms": job.reference_ms},
         )
         timeout_s = self.config.timeout_s + (self.config.compile_baseline_timeout_s if compile_baseline else 0.0)
-        answer = run_judge("hiera_plugins.cuda.judge", request, workdir=job.workdir, timeout_s=timeout_s,
-                           memory_bytes=memory, device_lock=device_lock(gpu_lock_name(self.config.device)))
-        if not isinstance(answer, Judged):
-            return answer
+        return StartedJudge("hiera_plugins.cuda.judge", request, workdir=job.workdir, timeout_s=timeout_s,
+                            measured=self._measured, memory_bytes=memory,
+                            device_lock=device_lock(gpu_lock_name(self.config.device)))
+
+    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+        return self.start(job).evaluate(job)
+
+    @staticmethod
+    def _measured(job: EvalJob, answer: Judged) -> StagePassed | Evaluation:
         violation = checks.runtime_space_violation(answer.kernels, answer.aten_ops, job.space_rank)
         if violation:
             return StaticRejected(reason=f"{job.candidate.space}: {violation}")

@@ -82,9 +82,9 @@ def main() -> None:
     judge = None
     try:
         runner.started(timeout_s=s["call_timeout_s"])
-        judging.wait_for_go()
+        library = judging.wait_for_go()
         judge = CudaJudge(harness, request, runner)
-        result = judge.evaluate()
+        result = judge.evaluate(library)
     except judging.RunnerGone as exc:
         case = judge.current if judge else ""
         result = (TimedOut(limit_s=s["call_timeout_s"], case=case) if exc.timed_out
@@ -289,15 +289,16 @@ class CudaJudge:
 
     # --- the protocol -----------------------------------------------------------------------------
 
-    def evaluate(self) -> JudgeAnswer:
+    def evaluate(self, library: str) -> JudgeAnswer:
+        """The verdict on the candidate built as `library`."""
         try:
-            return self._evaluate()
+            return self._evaluate(library)
         except judging.Wrong as exc:
             return Incorrect(reason=exc.reason, max_abs_error=exc.error)
         except Failed as exc:
             return self.runner.crashed(str(exc), case=self.current)
 
-    def _evaluate(self) -> JudgeAnswer:
+    def _evaluate(self, library: str) -> JudgeAnswer:
         h, s, remeasure = self.h, self.s, self.request.remeasure
         self.out_dtype = getattr(torch, h.dtype)
         seeds = h.seeds(remeasure)
@@ -333,7 +334,7 @@ class CudaJudge:
                 compiled, compiled_note = None, f"torch.compile failed: {type(exc).__name__}: {str(exc).strip()[:300]}"
         timed(self.flush, lambda: self.baseline(sample))
         self.mark("compiled_baseline")
-        failed = judging.load(self.runner, self.request, timeout_s=self.timeout_s)
+        failed = judging.load(self.runner, self.request, library, timeout_s=self.timeout_s)
         if failed is not None:
             return failed
         self.mark("load")

@@ -10,7 +10,7 @@ from typing import ClassVar
 import attrs
 
 from hiera_core import EvalJob, StagePassed
-from hiera_core.judging import device_lock, run_judge
+from hiera_core.judging import StartedJudge, device_lock
 from hiera_core.records import CompileFailed, Evaluation, JudgeRequest, Judged, Measured, Profile
 from hiera_core.sandbox import run_sandboxed
 
@@ -94,18 +94,20 @@ class HostRun:
     def __init__(self, config: HostRunConfig) -> None:
         self.config = config
 
-    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+    def start(self, job: EvalJob) -> StartedJudge:
+        """Its judge, started while the candidate compiles (`protocols.Evaluator.start`)."""
         memory = int(self.config.memory_gib * 2**30)
         request = JudgeRequest(
             workload_factory=job.workload_factory, workload_config=job.workload_config, task=job.task,
-            library=job.artifacts["library"], remeasure=job.remeasure,
+            remeasure=job.remeasure,
             settings={**attrs.asdict(self.config), "memory_bytes": memory, "reference_ms": job.reference_ms},
         )
-        answer = run_judge("hiera_plugins.host.judge", request, workdir=job.workdir, timeout_s=self.config.timeout_s,
-                           memory_bytes=memory, device_lock=device_lock(TIMING_LOCK), env_extra=RUNNER_ENVIRONMENT)
-        if not isinstance(answer, Judged):
-            return answer
-        return self._measured(job, answer)
+        return StartedJudge("hiera_plugins.host.judge", request, workdir=job.workdir, timeout_s=self.config.timeout_s,
+                            measured=self._measured, memory_bytes=memory, device_lock=device_lock(TIMING_LOCK),
+                            env_extra=RUNNER_ENVIRONMENT)
+
+    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+        return self.start(job).evaluate(job)
 
     def _measured(self, job: EvalJob, answer: Judged) -> Measured:
         latency = answer.latency_ms

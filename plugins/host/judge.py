@@ -87,8 +87,7 @@ def main() -> None:
     judge = Judge(harness, request, runner, arena)
     try:
         runner.started(timeout_s=request.settings["call_timeout_s"])
-        judging.wait_for_go()
-        result = judge.evaluate()
+        result = judge.evaluate(judging.wait_for_go())
     except judging.RunnerGone as exc:
         result = (TimedOut(limit_s=request.settings["call_timeout_s"], case=judge.current) if exc.timed_out
                   else runner.crashed(str(exc), case=judge.current, signal=exc.signal))
@@ -139,14 +138,15 @@ class Judge:
             raise judging.Wrong(f"{label}: the call failed: {exc}") from None
         return self.check(label, case, inputs, views, out)
 
-    def evaluate(self) -> JudgeAnswer:
+    def evaluate(self, library: str) -> JudgeAnswer:
+        """The verdict on the candidate built as `library`."""
         h = self.harness
         timing_case = h.timing_case()
         overhead = []
         for _ in range(CALIBRATION_CALLS):  # the protocol around a null call: before the candidate is loaded
             reply, wall, _, _ = self.call(timing_case, h.make_inputs(timing_case, 0, h.distributions[0]), null=True)
             overhead.append(wall - reply.in_process_ms)
-        failed = judging.load(self.runner, self.request, timeout_s=self.timeout_s)
+        failed = judging.load(self.runner, self.request, library, timeout_s=self.timeout_s)
         if failed is not None:
             return failed
         try:
