@@ -446,9 +446,11 @@ class Engine:
 
     def _finish(self) -> Candidate | None:
         """The run's winner, recorded once (`RunFinished`). With `[run] remeasure`, the `finalists` best candidates
-        are measured again `remeasure_passes` times each, pass by pass, each pass in a rotated order (a busy or hot
-        spell falls on every finalist alike), every time in a fresh process on fresh inputs; the winner is the
-        finalist with the lowest re-measured median, and a finalist whose re-measurement is not `Measured` is out."""
+        are measured again `remeasure_passes` times each, every time in a fresh process on fresh inputs: all passes in
+        one batch, each pass's finalists in a rotated order (a busy or hot spell falls on every finalist alike; where
+        the executor evaluates several at once, their judges start together and take the device as each is ready,
+        so no pass waits for a judge's start after another pass). The winner is the finalist with the lowest
+        re-measured median, and a finalist whose re-measurement is not `Measured` is out."""
         by_id = {c.id: c for c, _ in self.history}
         for event in self.store.events:
             if isinstance(event, records.RunFinished):
@@ -463,19 +465,23 @@ class Engine:
         def out(candidate: Candidate) -> bool:
             return any(not isinstance(e.evaluation, Measured) for (cid, _), e in done.items() if cid == candidate.id)
 
+        passes: list[int] = []
+        jobs: list[EvalJob] = []
         for pass_index in range(self.run.remeasure_passes):
             shift = pass_index % len(finalists)
-            jobs = [self._job(c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0])
-                    for c in finalists[shift:] + finalists[:shift] if (c.id, pass_index) not in done and not out(c)]
-            for job, evaluated in self.session.executor.run(jobs, self.session.pipeline):
-                write_files(job.workdir, evaluated.files)
-                event = records.Remeasured(candidate_id=job.candidate.id, pass_index=pass_index, evaluation=evaluated.evaluation,
-                                           wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s,
-                                           timeline=evaluated.timeline)
-                self.store.append(event)
-                done[(job.candidate.id, pass_index)] = event
-                log.info("finalist_remeasured", candidate=job.candidate.id, outcome=type(evaluated.evaluation).__name__,
-                         pass_index=pass_index)
+            for c in finalists[shift:] + finalists[:shift]:
+                if (c.id, pass_index) not in done and not out(c):
+                    jobs.append(self._job(c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0]))
+                    passes.append(pass_index)
+        for pass_index, (job, evaluated) in zip(passes, self.session.executor.run(jobs, self.session.pipeline)):
+            write_files(job.workdir, evaluated.files)
+            event = records.Remeasured(candidate_id=job.candidate.id, pass_index=pass_index, evaluation=evaluated.evaluation,
+                                       wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s,
+                                       timeline=evaluated.timeline)
+            self.store.append(event)
+            done[(job.candidate.id, pass_index)] = event
+            log.info("finalist_remeasured", candidate=job.candidate.id, outcome=type(evaluated.evaluation).__name__,
+                     pass_index=pass_index)
         standings = [standing(c.id, self._evaluation_of(c), [e.evaluation for (cid, _), e in sorted(done.items()) if cid == c.id])
                      for c in finalists]
         standings.sort(key=lambda f: (f.latency_ms is None, f.latency_ms or 0.0))
