@@ -333,16 +333,18 @@ class Engine:
             self.store.append(records.RoundFinished(round=round_, best_candidate_id=best.id if best else None, best_latency_ms=latency))
         hook.hiera_round_finished(context=self.session.context, round=round_, best=best, best_latency_ms=latency)
 
-    def _job(self, candidate: Candidate, *, remeasure: int | None = None, compiled_reference: bool = False) -> EvalJob:
+    def _job(self, candidate: Candidate, *, remeasure: int | None = None, compiled_reference: bool = False,
+             times_reference: bool = False) -> EvalJob:
         """The job evaluating `candidate` in the search, or in pass `remeasure` of the final re-measurement (built
-        and judged again in a fresh folder and process, on fresh inputs)."""
+        and judged again in a fresh folder and process, on fresh inputs). Its judge times the reference again when
+        `times_reference` or before any evaluation has (`_reference_ms`), and reports that figure otherwise."""
         workdir = self.store.candidate_dir(candidate.id)
         if remeasure is not None:
             workdir = workdir / f"remeasure-{remeasure}"
         return new_job(
             self.session, candidate, contract=self.contract, toolchain=self.toolchain, roofline=self.roofline,
             workdir=workdir, remeasure=remeasure is not None, compiled_reference=compiled_reference,
-            reference_ms=None if remeasure is not None else self._reference_ms(),
+            reference_ms=None if times_reference else self._reference_ms(),
         )
 
     def _reference_ms(self) -> float | None:
@@ -449,8 +451,9 @@ class Engine:
         are measured again `remeasure_passes` times each, every time in a fresh process on fresh inputs: all passes in
         one batch, each pass's finalists in a rotated order (a busy or hot spell falls on every finalist alike; where
         the executor evaluates several at once, their judges start together and take the device as each is ready,
-        so no pass waits for a judge's start after another pass). The winner is the finalist with the lowest
-        re-measured median, and a finalist whose re-measurement is not `Measured` is out."""
+        so no pass waits for a judge's start after another pass). Each pass's first judge times the reference again (the
+        check at the end of the run's figure for it); the others report the run's. The winner is the finalist with the
+        lowest re-measured median, and a finalist whose re-measurement is not `Measured` is out."""
         by_id = {c.id: c for c, _ in self.history}
         for event in self.store.events:
             if isinstance(event, records.RunFinished):
@@ -469,10 +472,13 @@ class Engine:
         jobs: list[EvalJob] = []
         for pass_index in range(self.run.remeasure_passes):
             shift = pass_index % len(finalists)
+            first = True
             for c in finalists[shift:] + finalists[:shift]:
                 if (c.id, pass_index) not in done and not out(c):
-                    jobs.append(self._job(c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0]))
+                    jobs.append(self._job(c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0],
+                                          times_reference=first))
                     passes.append(pass_index)
+                    first = False
         for pass_index, (job, evaluated) in zip(passes, self.session.executor.run(jobs, self.session.pipeline)):
             write_files(job.workdir, evaluated.files)
             event = records.Remeasured(candidate_id=job.candidate.id, pass_index=pass_index, evaluation=evaluated.evaluation,
