@@ -468,18 +468,14 @@ class Engine:
         def out(candidate: Candidate) -> bool:
             return any(not isinstance(e.evaluation, Measured) for (cid, _), e in done.items() if cid == candidate.id)
 
-        passes: list[int] = []
-        jobs: list[EvalJob] = []
+        queued: list[tuple[int, EvalJob]] = []
         for pass_index in range(self.run.remeasure_passes):
             shift = pass_index % len(finalists)
-            first = True
-            for c in finalists[shift:] + finalists[:shift]:
-                if (c.id, pass_index) not in done and not out(c):
-                    jobs.append(self._job(c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0],
-                                          times_reference=first))
-                    passes.append(pass_index)
-                    first = False
-        for pass_index, (job, evaluated) in zip(passes, self.session.executor.run(jobs, self.session.pipeline)):
+            todo = [c for c in finalists[shift:] + finalists[:shift] if (c.id, pass_index) not in done and not out(c)]
+            queued += [(pass_index, self._job(c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0],
+                                              times_reference=i == 0)) for i, c in enumerate(todo)]
+        jobs = self.session.executor.run([job for _, job in queued], self.session.pipeline)
+        for (pass_index, _), (job, evaluated) in zip(queued, jobs):
             write_files(job.workdir, evaluated.files)
             event = records.Remeasured(candidate_id=job.candidate.id, pass_index=pass_index, evaluation=evaluated.evaluation,
                                        wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s,

@@ -121,10 +121,14 @@ class StartedJudge:
         self.scratch, self.workdir, self.timeout_s = workdir / "scratch", workdir, timeout_s
         self.measured, self.device_lock = measured, device_lock
         self.log = open(workdir / "judge.log", "w")
-        self.box = sandbox.start(
-            [sys.executable, "-m", module], scratch=self.scratch, memory_bytes=memory_bytes, env_extra=env_extra,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
-        )
+        try:
+            self.box = sandbox.start(
+                [sys.executable, "-m", module], scratch=self.scratch, memory_bytes=memory_bytes, env_extra=env_extra,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            )
+        except BaseException:
+            self.log.close()
+            raise
         try:
             self.box.process.stdin.write(json.dumps(to_dict(request)) + "\n")
             self.box.process.stdin.flush()
