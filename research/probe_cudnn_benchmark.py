@@ -17,17 +17,18 @@ from pathlib import Path
 import torch
 
 from hiera_plugins.cuda.judge import timed
+from hiera_plugins.cuda.runner import ColdStart
 from hiera_workloads.kernelbench.analysis import build_model, load_task_module
 from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
 
 
-def median_ms(fn, flush: torch.Tensor, calls: int = 20) -> float:
+def median_ms(fn, cold_start: ColdStart, calls: int = 20) -> float:
     for _ in range(3):
         fn()
-    return sorted(timed(flush, fn)[0] for _ in range(calls))[calls // 2]
+    return sorted(timed(cold_start, fn)[0] for _ in range(calls))[calls // 2]
 
 
-def probe(path: Path, flush: torch.Tensor) -> dict:
+def probe(path: Path, cold_start: ColdStart) -> dict:
     """Both settings' median time and error for the task at `path`."""
     module = load_task_module(path)
     model = build_model(module, "cpu").cuda()
@@ -40,7 +41,7 @@ def probe(path: Path, flush: torch.Tensor) -> dict:
         for benchmark in (False, True):
             torch.backends.cudnn.benchmark = benchmark
             error = (model(*inputs).double() - want).abs().max() / want.abs().max().clamp_min(1)
-            row[f"benchmark_{benchmark}"] = {"ms": median_ms(lambda: model(*inputs), flush), "error": error.item()}
+            row[f"benchmark_{benchmark}"] = {"ms": median_ms(lambda: model(*inputs), cold_start), "error": error.item()}
     torch.backends.cudnn.benchmark = False
     return row
 
@@ -53,10 +54,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    cold_start = ColdStart()
     workload = KernelBench(KernelBenchConfig(root=args.root, level=args.level, tasks=args.tasks))
     for task in workload.tasks():
-        row = probe(Path(task.params["path"]), flush)
+        row = probe(Path(task.params["path"]), cold_start)
         print(json.dumps({"level": args.level, "task": task.name, **row}), flush=True)
         torch.cuda.empty_cache()  # the task's tensors went with `probe`
 

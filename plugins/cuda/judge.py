@@ -8,8 +8,8 @@ output buffer with NaN, orders the call, and reads the output buffer and the inp
 1. correctness: every case, seed and distribution against an FP64 reference computed here (TF32 off);
 2. timing: each timed call on inputs never seen before (no result cache can hit), a secret random share of
    them (at least two, and the last) checked like the correctness cases; the runner's CUDA events (queued
-   around the call right after an L2 flush, with no wait on the host in between: the host's own latencies
-   are not in the figure) are accepted only where the judge's clock around the call,
+   around the call right after an L2 flush and a 0.5 ms cover, with no wait on the host in between: the host's
+   latency in launching the call, up to the cover, is not in the figure) are accepted only where the judge's clock around the call,
    less the protocol's own overhead measured before the candidate was loaded, agrees
    (`judging.bound_timing`); the reference (eager PyTorch) is timed here, interleaved, the same way;
 3. one more checked call under the runner's profiler and a dispatcher log: the kernels and ATen operators
@@ -48,7 +48,7 @@ from hiera_core.records import (
     Rejected,
     TimedOut,
 )
-from hiera_plugins.cuda.runner import FLUSH_BYTES, seeded
+from hiera_plugins.cuda.runner import ColdStart, seeded
 
 ALIGN = 256
 PLACEMENT_BYTES = 8 * 2**30
@@ -97,13 +97,13 @@ def main() -> None:
     judging.answer(result)
 
 
-def timed(flush: torch.Tensor, call) -> tuple[float, Any]:
+def timed(cold_start: ColdStart, call) -> tuple[float, Any]:
     """(milliseconds, result) of one `call` in this process, timed as the runner times the candidate: CUDA events
-    queued around it right after `flush` (a buffer larger than L2) is overwritten, so the call starts from a cold
-    L2 and its launch overlaps the flush."""
+    queued around it right after the L2 flush and the cover (`ColdStart`), so the call starts from a cold L2 and its
+    launch is queued before the GPU reaches it."""
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    flush.zero_()
+    cold_start()
     start.record()
     out = call()
     end.record()
@@ -185,7 +185,7 @@ class CudaJudge:
         self.s = request.settings
         self.timeout_s = self.s["call_timeout_s"]
         self.random = secrets.SystemRandom()  # which timed calls are checked: the candidate cannot know
-        self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.cold_start = ColdStart()
         self.phases: dict[str, float] = {}
         self.last = time.perf_counter()
         self.call_seed = getattr(harness, "call_seed", None)
@@ -329,10 +329,10 @@ class CudaJudge:
         if self.request.settings.get("compile_baseline") and hasattr(h, "compiled_baseline"):
             try:  # compiled on its first call, in this process: the candidate never shares it
                 compiled = seeded(h.compiled_baseline(), self.call_seed)
-                timed(self.flush, lambda: compiled(sample))
+                timed(self.cold_start, lambda: compiled(sample))
             except Exception as exc:  # noqa: BLE001 -- a baseline that does not compile is reported, not fatal
                 compiled, compiled_note = None, f"torch.compile failed: {type(exc).__name__}: {str(exc).strip()[:300]}"
-        timed(self.flush, lambda: self.baseline(sample))
+        timed(self.cold_start, lambda: self.baseline(sample))
         self.mark("compiled_baseline")
         failed = judging.load(self.runner, self.request, library, timeout_s=self.timeout_s)
         if failed is not None:
@@ -375,11 +375,11 @@ class CudaJudge:
                                                       h.reference(timing_case, inputs)))
                     checked += 1
                 if s.get("reference_ms") is None and (len(reference_times) < s["min_reference_repeats"] or spent < budget_ms):
-                    elapsed, _ = timed(self.flush, lambda: self.baseline(inputs))
+                    elapsed, _ = timed(self.cold_start, lambda: self.baseline(inputs))
                     reference_times.append(elapsed)
                     spent += elapsed
                 if compiled is not None and (len(compiled_times) < s["min_reference_repeats"] or compiled_spent < budget_ms):
-                    elapsed, _ = timed(self.flush, lambda: compiled(inputs))
+                    elapsed, _ = timed(self.cold_start, lambda: compiled(inputs))
                     compiled_times.append(elapsed)
                     compiled_spent += elapsed
             print(f"timing: {json.dumps({'overhead_ms': [round(x, 4) for x in overhead], 'in_process_ms': [round(x, 4) for x in times], 'wall_ms': [round(x, 4) for x in walls]})}",
