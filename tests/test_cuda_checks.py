@@ -64,6 +64,22 @@ def test_runtime_space_rules():
     assert checks.runtime_space_violation([], ["mm"], 2) is None
 
 
+def test_a_library_that_imports_its_own_stream_or_the_drivers_functions_is_rejected(tmp_path):
+    """The binary check sees what a macro hides from the source scan (the GPU suite's `driver-stream-hidden` is the
+    real attack); two small shared objects, built here, stand for a candidate's library."""
+    def shared_object(name, body):
+        (tmp_path / f"{name}.c").write_text(body)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", tmp_path / f"{name}.so", tmp_path / f"{name}.c"], check=True)
+        return tmp_path / f"{name}.so"
+
+    escape = shared_object("escape", "int cudaGetDriverEntryPointByVersion(const char*, void**, unsigned, unsigned long long, int*);\n"
+                                     "void *probe(void) { void *f = 0; cudaGetDriverEntryPointByVersion(\"cuStreamCreate\", &f, 12000, 0, 0); return f; }\n")
+    reason = checks.binary_hack(escape)
+    assert reason is not None and "cudaGetDriverEntryPointByVersion" in reason and "timer" in reason
+    honest = shared_object("honest", "#include <string.h>\nvoid copy(char *a, const char *b, unsigned long n) { memcpy(a, b, n); }\n")
+    assert checks.binary_hack(honest) is None
+
+
 @pytest.mark.skipif(find_cuda_home() is None, reason="no CUDA toolkit")
 @pytest.mark.timeout(1200)  # three real builds of 60-100 s each on a 2-core machine, more when others build
 def test_a_real_extension_build_its_symbols_and_the_cache(tmp_path):

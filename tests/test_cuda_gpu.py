@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins"))
 
-from adversarial import CANDIDATES, CUBLAS_HIDDEN, SECRETS, SURVIVOR  # noqa: E402
+from adversarial import CANDIDATES, CUBLAS_HIDDEN, DRIVER_STREAM_HIDDEN, SECRETS, SURVIVOR  # noqa: E402
 from conftest import run_hiera  # noqa: E402
 from gpu_tasks import SEEDS  # noqa: E402
 
@@ -68,7 +68,8 @@ def test_every_hack_is_rejected_with_its_reason_and_the_run_goes_on(tmp_path, ta
         suite.append(("cublas-hidden", "pure_cuda", CUBLAS_HIDDEN))
         suite.append(("cublas-allowed", "cuda_libraries", CUBLAS_HIDDEN))
     else:
-        suite += [("secrets", "pure_cuda", SECRETS), ("survivor", "pure_cuda", SURVIVOR)]
+        suite += [("secrets", "pure_cuda", SECRETS), ("survivor", "pure_cuda", SURVIVOR),
+                  ("driver-stream-hidden", "libraries_pytorch", DRIVER_STREAM_HIDDEN)]
     outcomes = _evaluate_all(session, suite, tmp_path)
     report = {name: f"{type(e).__name__}: {getattr(e, 'reason', '') or getattr(e, 'log', '')[:300]}" for name, e in outcomes.items()}
     print(json.dumps(report, indent=1))
@@ -84,6 +85,8 @@ def test_every_hack_is_rejected_with_its_reason_and_the_run_goes_on(tmp_path, ta
     else:
         assert isinstance(outcomes["secrets"], records.Measured), report["secrets"]  # it found no key
         assert isinstance(outcomes["survivor"], records.Measured), report["survivor"]
+        assert isinstance(outcomes["driver-stream-hidden"], records.StaticRejected), report["driver-stream-hidden"]
+        assert "cudaGetDriverEntryPointByVersion" in outcomes["driver-stream-hidden"].reason
         comms = [p / "comm" for p in Path("/proc").iterdir() if p.name.isdigit()]
         assert not [c for c in comms if c.exists() and c.read_text(errors="replace").strip() == "hiera-survivor"]
     # after the crash and the hang, a fresh process still gets a clean GPU

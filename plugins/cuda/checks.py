@@ -30,8 +30,10 @@ allocation from rank 2 (the binary and the run are checked too: `binary_space_vi
 `runtime_space_violation`)."""
 
 HACKS: list[tuple[str, str]] = [
-    (r"\bcudaStreamCreate\w*\s*\(|getStreamFromPool|\bcudaStreamNonBlocking\b|\bStreamCreate\b",
-     "creates its own CUDA stream (work could escape the timer)"),
+    (r"\bcu(?:da)?StreamCreate\w*\s*\(|getStreamFrom(?:Pool|External)|\bcudaStreamNonBlocking\b|\bStreamCreate\b|\bcuCtxCreate\w*",
+     "creates its own CUDA stream or context (work could escape the timer)"),
+    (r"\bcudaGetDriverEntryPoint\w*|\bcuGetProcAddress\w*|\bdl(?:open|sym|vsym)\s*\(",
+     "reaches the CUDA driver's or a library's functions by name (a stream of its own could escape the timer)"),
     (r"\bstd::(thread|async|jthread)\b|\bpthread_create\b", "starts a thread (work could finish after the timer)"),
     (r"\bpy::module_?::import\b|\bPyImport_\w+|\bPyRun_\w+|\bpy::exec\b|\bpy::eval\b|\bPyObject_SetAttr",
      "reaches into the Python interpreter (timers and the reference must stay out of reach)"),
@@ -50,6 +52,13 @@ LOWER_PRECISION = (
 )
 """Types and intrinsics below FP32; a float32 or float64 contract does not admit them."""
 
+ESCAPE_SYMBOLS = re.compile(
+    r"^(?:cudaStreamCreate\w*|cuStreamCreate\w*|cuCtxCreate\w*|cudaGetDriverEntryPoint\w*|cuGetProcAddress\w*"
+    r"|dlopen|dlsym|dlvsym|pthread_create)$")
+"""Imports by which a built library could run GPU work beside the legacy default stream the runner times (its own
+stream or context, the driver's functions by name) or after the call returns (a thread): the source scan's rules, in
+the binary, where a macro cannot hide them. Not PyTorch's stream pool (`c10::cuda::getStreamFromPool`): every
+library that includes <c10/cuda/CUDAStream.h> imports it, used or not; the source scan alone names it."""
 LIBRARY_SYMBOLS = re.compile(r"^(cublas|cublasLt|cudnn|cufft|cusparse|cusolver|curand|nccl)\w*", re.M)
 ALLOWED_OPS = {
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "fill_", "zero_", "view", "expand",
@@ -79,9 +88,17 @@ def hack_in_source(source: str, dtype: str) -> str | None:
 
 
 def imported_symbols(library: Path) -> list[str]:
-    """Undefined dynamic symbols of a shared object, demangled (`nm -D -C --undefined-only`)."""
+    """Undefined dynamic symbols of a shared object, demangled, without their versions (`nm -D -C --undefined-only`)."""
     out = subprocess.run(["nm", "-D", "-C", "--undefined-only", str(library)], capture_output=True, text=True, timeout=60)
-    return [parts[1] for line in out.stdout.splitlines() if len(parts := line.strip().split(None, 1)) == 2]
+    return [parts[1].split("@")[0] for line in out.stdout.splitlines() if len(parts := line.strip().split(None, 1)) == 2]
+
+
+def binary_hack(library: Path) -> str | None:
+    """Why the built library's imports look like a timer escape (`ESCAPE_SYMBOLS`), whatever its space; or None."""
+    escapes = sorted({s for s in imported_symbols(library) if ESCAPE_SYMBOLS.match(s)})
+    if escapes:
+        return f"the built library imports {', '.join(escapes[:4])}: its own stream, context or thread could run work the timer does not see"
+    return None
 
 
 def library_calls(symbols: list[str]) -> list[str]:

@@ -59,6 +59,8 @@ class CudaCompile:
         violation = checks.binary_space_violation(build.library, job.space_rank)
         if violation:
             return StaticRejected(reason=f"{job.candidate.space}: {violation}")
+        if hack := checks.binary_hack(build.library):
+            return StaticRejected(reason=hack)
         return StagePassed(
             job=attrs.evolve(
                 job,
