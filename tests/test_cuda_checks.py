@@ -74,10 +74,10 @@ def test_a_library_that_imports_its_own_stream_or_the_drivers_functions_is_rejec
 
     escape = shared_object("escape", "int cudaGetDriverEntryPointByVersion(const char*, void**, unsigned, unsigned long long, int*);\n"
                                      "void *probe(void) { void *f = 0; cudaGetDriverEntryPointByVersion(\"cuStreamCreate\", &f, 12000, 0, 0); return f; }\n")
-    reason = checks.binary_hack(escape)
+    reason = checks.binary_hack(checks.imported_symbols(escape))
     assert reason is not None and "cudaGetDriverEntryPointByVersion" in reason and "timer" in reason
     honest = shared_object("honest", "#include <string.h>\nvoid copy(char *a, const char *b, unsigned long n) { memcpy(a, b, n); }\n")
-    assert checks.binary_hack(honest) is None
+    assert checks.binary_hack(checks.imported_symbols(honest)) is None
 
 
 @pytest.mark.skipif(find_cuda_home() is None, reason="no CUDA toolkit")
@@ -104,8 +104,8 @@ def test_a_real_extension_build_its_symbols_and_the_cache(tmp_path):
     assert not built.cache_hit
     assert built.resources["keep"]["registers"] > 0  # ptxas -v, per kernel
     assert "cublasSgemm_v2" in checks.library_calls(checks.imported_symbols(built.library))
-    assert "cublasSgemm_v2" in checks.binary_space_violation(built.library, 0)
-    assert checks.binary_space_violation(built.library, 1) is None
+    assert "cublasSgemm_v2" in checks.binary_space_violation(checks.imported_symbols(built.library), 0)
+    assert checks.binary_space_violation(checks.imported_symbols(built.library), 1) is None
 
     started = time.perf_counter()
     again = build_candidate(job(CUBLAS_HIDDEN, "hidden-again"), timeout_s=900)

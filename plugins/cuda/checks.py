@@ -93,9 +93,10 @@ def imported_symbols(library: Path) -> list[str]:
     return [parts[1].split("@")[0] for line in out.stdout.splitlines() if len(parts := line.strip().split(None, 1)) == 2]
 
 
-def binary_hack(library: Path) -> str | None:
-    """Why the built library's imports look like a timer escape (`ESCAPE_SYMBOLS`), whatever its space; or None."""
-    escapes = sorted({s for s in imported_symbols(library) if ESCAPE_SYMBOLS.match(s)})
+def binary_hack(symbols: list[str]) -> str | None:
+    """Why a built library's imports (`imported_symbols`) look like a timer escape (`ESCAPE_SYMBOLS`), whatever its
+    space; or None."""
+    escapes = sorted({s for s in symbols if ESCAPE_SYMBOLS.match(s)})
     if escapes:
         return f"the built library imports {', '.join(escapes[:4])}: its own stream, context or thread could run work the timer does not see"
     return None
@@ -112,9 +113,9 @@ def aten_compute_calls(symbols: list[str]) -> list[str]:
     return sorted(op for op in ops if op not in ALLOWED_OPS and OVERLOAD.sub("", op) not in ALLOWED_OPS)
 
 
-def binary_space_violation(library: Path, space_rank: int) -> str | None:
-    """Rank 0 (pure_cuda) admits neither vendor libraries nor ATen compute; rank 1 admits libraries only."""
-    symbols = imported_symbols(library)
+def binary_space_violation(symbols: list[str], space_rank: int) -> str | None:
+    """Of a built library's imports (`imported_symbols`): rank 0 (pure_cuda) admits neither vendor libraries nor ATen
+    compute; rank 1 admits libraries only."""
     aten = aten_compute_calls(symbols)
     libraries = library_calls(symbols)
     if space_rank == 0 and libraries:

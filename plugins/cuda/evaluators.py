@@ -56,10 +56,11 @@ class CudaCompile:
         (job.workdir / "resources.json").write_text(json.dumps(build.resources, indent=1))
         if build.library is None:
             return CompileFailed(log=compiler_errors(build.log), compile_s=build.seconds)
-        violation = checks.binary_space_violation(build.library, job.space_rank)
+        symbols = checks.imported_symbols(build.library)
+        violation = checks.binary_space_violation(symbols, job.space_rank)
         if violation:
             return StaticRejected(reason=f"{job.candidate.space}: {violation}")
-        if hack := checks.binary_hack(build.library):
+        if hack := checks.binary_hack(symbols):
             return StaticRejected(reason=hack)
         return StagePassed(
             job=attrs.evolve(
