@@ -251,6 +251,11 @@ def describe_call(case: dict[str, Any], seed: int, distribution: str) -> str:
     return f"{shown}, seed {seed}, {distribution} inputs"
 
 
+STARTUP = "the runner's start-up, before the candidate was loaded"
+"""The case of a runner that died or ran out of time before it said Ready: its start-up (the interpreter, the
+device's context) runs beside other candidates' builds and has the judge's time limit, not one call's."""
+
+
 class RunnerGone(Exception):
     """The runner died, hung, or broke the protocol: the candidate crashed (or timed out). `signal` names the
     signal that killed it, when one did."""

@@ -81,13 +81,14 @@ def main() -> None:
     torch.cuda.init()
     judge = None
     try:
-        runner.started(timeout_s=s["call_timeout_s"])
+        runner.started(timeout_s=s["timeout_s"])
         library = judging.wait_for_go()
         judge = CudaJudge(harness, request, runner)
         result = judge.evaluate(library)
     except judging.RunnerGone as exc:
-        case = judge.current if judge else ""
-        result = (TimedOut(limit_s=s["call_timeout_s"], case=case) if exc.timed_out
+        case = judge.current if judge else judging.STARTUP
+        limit = s["call_timeout_s"] if judge else s["timeout_s"]
+        result = (TimedOut(limit_s=limit, case=case) if exc.timed_out
                   else runner.crashed(str(exc), case=case, signal=exc.signal))
     except (RuntimeError, TypeError, ValueError) as exc:  # the harness on inputs a candidate broke, a CUDA error
         result = runner.crashed(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:400]}",

@@ -85,12 +85,16 @@ def main() -> None:
     runner = judging.Runner("hiera_plugins.host.runner", scratch=Path.cwd(), args=[str(arena.fd)],
                             pass_fds=[arena.fd], rlimit_data_bytes=memory)
     judge = Judge(harness, request, runner, arena)
+    started = False
     try:
-        runner.started(timeout_s=request.settings["call_timeout_s"])
+        runner.started(timeout_s=request.settings["timeout_s"])
+        started = True
         result = judge.evaluate(judging.wait_for_go())
     except judging.RunnerGone as exc:
-        result = (TimedOut(limit_s=request.settings["call_timeout_s"], case=judge.current) if exc.timed_out
-                  else runner.crashed(str(exc), case=judge.current, signal=exc.signal))
+        case, limit = ((judge.current, request.settings["call_timeout_s"]) if started
+                       else (judging.STARTUP, request.settings["timeout_s"]))
+        result = (TimedOut(limit_s=limit, case=case) if exc.timed_out
+                  else runner.crashed(str(exc), case=case, signal=exc.signal))
     finally:
         runner.close()
     judging.answer(result)
