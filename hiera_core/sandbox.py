@@ -57,11 +57,25 @@ def candidate_environment(scratch: Path, extra: dict[str, str] | None = None) ->
     return env
 
 
+def signal_name(signum: int) -> str:
+    """`SIGSEGV`, or `SIGRTMIN+6` / `signal 77` for numbers `signal.Signals` cannot name: any number a process
+    can die by has a name here, none raises."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        rtmin, rtmax = getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1)
+        return f"SIGRTMIN+{signum - rtmin}" if rtmin <= signum <= rtmax else f"signal {signum}"
+
+
 def describe_exit(returncode: int) -> str:
-    """`killed by SIGSEGV (segmentation fault)` or `exit status 3`."""
+    """`killed by SIGSEGV (segmentation fault)`, `killed by SIGRTMIN+6` or `exit status 3`."""
     if returncode < 0:
-        sig = signal.Signals(-returncode)
-        return f"killed by {sig.name} ({signal.strsignal(sig)})"
+        name = signal_name(-returncode)
+        try:
+            meaning = signal.strsignal(-returncode)
+        except ValueError:
+            meaning = None
+        return f"killed by {name} ({meaning})" if meaning and not meaning.startswith("Unknown") else f"killed by {name}"
     return f"exit status {returncode}"
 
 
