@@ -21,12 +21,14 @@ import contextlib
 import fcntl
 import importlib
 import json
+import math
 import os
 import re
 import resource
 import selectors
 import shutil
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -68,11 +70,21 @@ STDERR_TAIL_LINES = 20
 STDERR_TAIL_CHARS = 2000
 """How much of a crashed candidate's stderr its `Crashed` record keeps: lines, and characters in all."""
 STDERR_LINE_CHARS = 240
+REPLY_CHARS = 1 << 24
+"""The longest line a runner's reply may be (a batch's reply names every call's figure and output)."""
 _ESCAPES = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-_])")
 
 
 # --- hiera's side --------------------------------------------------------------------------------
 
+
+JUDGE_LOG = "judge.log"
+"""The judge's stderr, in the candidate's folder beside (not in) the scratch folder: hiera opens it, the sandbox cannot write it."""
+ANSWER_LINE_BYTES = 4 << 20
+"""The longest line hiera reads from a judge (an answer takes a few KiB): a longer one ends the judge as crashed."""
+ENDING_S = 5.0
+"""How long a judge that closed its output (it is ending) has to end before it is killed; its exit status is the
+record's reason when it gave no answer, and an answer stands either way."""
 
 _holds = threading.local()
 
@@ -113,18 +125,25 @@ class StartedJudge:
     for `READY`, takes `device_lock`, and sends `go` with the library's path; so neither the start-up nor the build
     holds the device. Each phase has `timeout_s`; at the end of it the whole sandbox is killed. `measured(job,
     judged)` turns the judge's `Judged` into the stage's result; any other answer ends the pipeline. The judge's log
-    goes to `workdir/judge.log`. `cancel()` kills a judge whose candidate never got built."""
+    goes to `workdir/judge.log`. `cancel()` kills a judge whose candidate never got built.
+
+    Nothing the sandbox can write (its scratch folder) is opened here. The verdict is the judge's last line on its
+    stdout, read `ANSWER_LINE_BYTES` at most; a judge that ends without one, however it ends (any signal, its output
+    closed, a line too long or not a `JudgeAnswer`), is `Crashed` with its exit status and the end of its own log."""
 
     def __init__(self, module: str, request: JudgeRequest, *, workdir: Path, timeout_s: float,
                  measured: Callable[[Any, Judged], Any], memory_bytes: int | None = None,
-                 device_lock: AbstractContextManager | None = None, env_extra: dict[str, str] | None = None) -> None:
+                 device_lock: AbstractContextManager | None = None, env_extra: dict[str, str] | None = None,
+                 candidate: sandbox.CandidateLimits | None = None) -> None:
         self.scratch, self.workdir, self.timeout_s = workdir / "scratch", workdir, timeout_s
         self.measured, self.device_lock = measured, device_lock
-        self.log = open(workdir / "judge.log", "w")
+        self.unread = bytearray()  # what the judge printed after the last line read
+        shutil.rmtree(self.scratch, ignore_errors=True)  # what a judge left there (hiera killed beside it) is not followed
+        self.log = open(workdir / JUDGE_LOG, "w")
         try:
             self.box = sandbox.start(
                 [sys.executable, "-m", module], scratch=self.scratch, memory_bytes=memory_bytes, env_extra=env_extra,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                candidate=candidate or sandbox.CandidateLimits(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
             )
         except BaseException:
             self.log.close()
@@ -143,64 +162,104 @@ class StartedJudge:
     def cancel(self) -> None:
         """End a judge that will not be asked: its candidate did not build. Its folders go with it."""
         self._stop()
-        (self.workdir / "judge.log").unlink(missing_ok=True)
+        (self.workdir / JUDGE_LOG).unlink(missing_ok=True)
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     def _stop(self) -> None:
         self.box.kill()
         self.box.process.wait()
+        for stream in (self.box.process.stdin, self.box.process.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
         self.log.close()
 
     def _answer(self, library: Path) -> Judged | Evaluation:
         copy = self.scratch / library.name  # in the sandbox's own folder, which it sees whatever becomes of /tmp there
         shutil.copyfile(library, copy)
-        box = self.box
         try:
-            before = _read_until(box, READY, self.timeout_s)
-            if before is None:
-                return TimedOut(limit_s=self.timeout_s)
-            stdout, ready = before
-            if ready:
-                with self.device_lock or contextlib.nullcontext():
-                    box.process.stdin.write(f"go {json.dumps(str(copy))}\n")
-                    box.process.stdin.flush()
-                    after = _read_until(box, None, self.timeout_s)
-                if after is None:
-                    return TimedOut(limit_s=self.timeout_s)
-                stdout = after[0]
-            box.process.wait(timeout=60)  # its output closed: it is ending
-        except (BrokenPipeError, subprocess.TimeoutExpired):
-            stdout = ""
+            said = self._exchange(copy)
         finally:
             self._stop()
             copy.unlink(missing_ok=True)
-        lines = stdout.strip().splitlines()
-        if not lines:
-            tail = [line for line in (self.workdir / "judge.log").read_text().splitlines() if line.strip()][-2:]
-            return Crashed(reason=f"the judge gave no answer ({sandbox.describe_exit(box.process.returncode or 0)})"
-                                  f"{': ' + ' | '.join(tail) if tail else ''}", stderr_tail=stderr_tail(self.scratch / RUNNER_LOG))
-        return from_dict(json.loads(lines[-1]), JudgeAnswer)
+        if not isinstance(said, tuple):
+            return said
+        last, code = said
+        ended = sandbox.describe_exit(code) if code is not None else f"its output closed, it had not ended after {ENDING_S:.0f} s"
+        if not last:
+            tail = stderr_tail(self.workdir / JUDGE_LOG).splitlines()[-2:]
+            return Crashed(reason=f"the judge gave no answer ({ended}){': ' + ' | '.join(tail) if tail else ''}")
+        try:
+            return from_dict(json.loads(last), JudgeAnswer)
+        except Exception:  # noqa: BLE001 -- whatever the judge printed last, it is not a verdict
+            return Crashed(reason=f"the judge's answer did not decode ({ended}): {last[:120]!r}")
+
+    def _exchange(self, copy: Path) -> tuple[str, int | None] | TimedOut | Crashed:
+        """Wait for READY, send `go` under the device lock, and read until the judge closes its output: its last line
+        ("" if none) and its exit status (None if it had not ended `ENDING_S` later); or why it gave none."""
+        box = self.box
+        said = _read_until(box, READY, self.timeout_s, self.unread)
+        if isinstance(said, tuple) and said[1]:
+            with self.device_lock or contextlib.nullcontext():
+                with contextlib.suppress(BrokenPipeError):  # it died waiting: what it printed and how it ended say why
+                    box.process.stdin.write(f"go {json.dumps(str(copy))}\n")
+                    box.process.stdin.flush()
+                said = _read_until(box, None, self.timeout_s, self.unread)
+        if not isinstance(said, tuple):
+            return said
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            box.process.wait(timeout=ENDING_S)
+        return said[0], box.process.returncode
 
 
-def _read_until(box: sandbox.Sandboxed, marker: str | None, timeout_s: float) -> tuple[str, bool] | None:
-    """Everything the judge prints up to `marker` (or to its end), and whether the marker came; None, everything
-    killed, on time-out. A judge that answers before READY (its runner never started) ends without it."""
+def _read_until(box: sandbox.Sandboxed, marker: str | None, timeout_s: float,
+                unread: bytearray) -> tuple[str, bool] | TimedOut | Crashed:
+    """The last non-blank line the judge prints before `marker` (or before it closes its output; "" if none), and
+    whether the marker came; what came after the marker stays in `unread`. TimedOut at `timeout_s`, Crashed at a line
+    longer than `ANSWER_LINE_BYTES`: everything killed, however much more it would print. A judge that answers before
+    READY (its runner never started) ends without it."""
     deadline = time.monotonic() + timeout_s
-    seen = []
-    stream = box.process.stdout
+    fd = box.process.stdout.fileno()
+    last = b""
     with selectors.DefaultSelector() as selector:
-        selector.register(stream, selectors.EVENT_READ)
+        selector.register(fd, selectors.EVENT_READ)
         while True:
+            while (end := unread.find(b"\n")) >= 0:
+                line = bytes(unread[:end]).strip()
+                del unread[: end + 1]
+                if marker is not None and line == marker.encode():
+                    return last.decode(errors="replace"), True
+                last = line or last
+            if len(unread) > ANSWER_LINE_BYTES:
+                box.kill()
+                return Crashed(reason=f"the judge printed a line longer than {ANSWER_LINE_BYTES} bytes instead of an answer")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 box.kill()
-                return None
-            if not selector.select(remaining):
-                continue
-            line = stream.readline()
-            if not line or (marker is not None and line.strip() == marker):
-                return "".join(seen), bool(line)
-            seen.append(line)
+                return TimedOut(limit_s=timeout_s)
+            if selector.select(remaining):
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    last = bytes(unread).strip() or last
+                    unread.clear()
+                    return last.decode(errors="replace"), False
+                unread += chunk
+
+
+def untrusted_tail(path: Path, limit_bytes: int) -> bytes:
+    """At most the last `limit_bytes` of the file at `path`, which a sandboxed process may have written or replaced.
+    Read only if it is a regular file and `path` is not a symbolic link (O_NOFOLLOW), opened without blocking (a FIFO
+    holds nothing up, a device is never read); b"" for anything else, or no file: never an exception."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return b""
+    try:
+        size = os.fstat(fd)
+        return os.pread(fd, limit_bytes, max(0, size.st_size - limit_bytes)) if stat.S_ISREG(size.st_mode) else b""
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 # --- the judge's side ----------------------------------------------------------------------------
@@ -219,18 +278,16 @@ def harness_of(workload_factory: str, workload_config: dict[str, Any], task: Tas
 
 
 def stderr_tail(path: Path) -> str:
-    """The last lines a candidate's process wrote to `path` (its stderr), as a `Crashed` record keeps them: at
-    most `STDERR_TAIL_LINES` non-blank lines of `STDERR_LINE_CHARS` characters each and `STDERR_TAIL_CHARS` in
-    all, terminal escape sequences and other control characters dropped, undecodable bytes replaced; "" when
-    there is none. Only the end of the file is read, however much the candidate wrote."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 8 * STDERR_TAIL_CHARS))
-            data = handle.read()
-    except OSError:
-        return ""
-    text = _ESCAPES.sub("", data.decode(errors="replace")).replace("\r", "\n").replace("\t", "    ")
+    """`tail_text` of the end of the file at `path` (read as `untrusted_tail` reads it)."""
+    return tail_text(untrusted_tail(path, 8 * STDERR_TAIL_CHARS))
+
+
+def tail_text(data: bytes) -> str:
+    """The last lines of what a candidate's process wrote (its stderr), as a `Crashed` record keeps them: at most
+    `STDERR_TAIL_LINES` non-blank lines of `STDERR_LINE_CHARS` characters each and `STDERR_TAIL_CHARS` in all,
+    terminal escape sequences and other control characters dropped, undecodable bytes replaced; "" when there is
+    none."""
+    text = _ESCAPES.sub("", data[-8 * STDERR_TAIL_CHARS:].decode(errors="replace")).replace("\r", "\n").replace("\t", "    ")
     lines = ["".join(ch for ch in line if ch.isprintable()).rstrip() for line in text.split("\n")]
     lines = [line if len(line) <= STDERR_LINE_CHARS else line[: STDERR_LINE_CHARS - 1] + "…" for line in lines if line.strip()]
     kept: list[str] = []
@@ -267,8 +324,10 @@ class RunnerGone(Exception):
 
 
 def read_request() -> JudgeRequest:
-    """Judge: the request on stdin; from here on nothing without CAP_SYS_PTRACE can read this process."""
+    """Judge: the request on stdin; from here on nothing without CAP_SYS_PTRACE can read this process, and (as PID 1
+    of its namespace, with no handler of its own) no signal from the candidate's processes reaches it."""
     sandbox.make_undumpable()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Python's handler would let a candidate's SIGINT end the judge
     return from_dict(json.loads(sys.stdin.readline()), JudgeRequest)
 
 
@@ -287,41 +346,77 @@ def answer(result: JudgeAnswer) -> None:
     print(json.dumps(to_dict(result, JudgeAnswer)), flush=True)
 
 
+class StderrTail:
+    """The runner's stderr: a pipe the judge opened before the runner started, drained by a thread into a buffer
+    that keeps the last `limit` bytes, however much the candidate writes. Nothing the candidate names or links is
+    ever opened: its text reaches a record only through `tail_text`."""
+
+    def __init__(self, fd: int, limit: int = 64 * 1024) -> None:
+        self.fd, self.limit, self.data = fd, limit, bytearray()
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        while chunk := os.read(self.fd, 65536):
+            with self.lock:
+                self.data += chunk
+                del self.data[: max(0, len(self.data) - self.limit)]
+        os.close(self.fd)
+
+    def text(self, wait_s: float = 0.5) -> str:
+        self.thread.join(wait_s)  # what the runner wrote just before it died
+        with self.lock:
+            return tail_text(bytes(self.data))
+
+
 class Runner:
-    """The judge's handle on the runner process: orders out, replies in, each with the judge's wall time."""
+    """The judge's handle on the runner process: orders out, replies in, each with the judge's wall time.
+
+    The candidate's processes run only from an order to its reply. Where the sandbox gave the judge the candidate's
+    own cgroup (`sandbox.CandidateGroup`), the whole group is frozen at the reply and thawed at the next order, by the
+    kernel, whatever the candidate forked or cloned; the runner is started in that group, in a mount namespace where
+    the group's files are read-only. Elsewhere each process is stopped by SIGSTOP, one by one."""
 
     def __init__(self, module: str, *, scratch: Path, args: Sequence[str] = (), pass_fds: Sequence[int] = (),
                  rlimit_data_bytes: int | None = None) -> None:
+        self.group = sandbox.CandidateGroup.from_environment()
+        group = self.group
+
         def limits() -> None:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             if rlimit_data_bytes:
                 resource.setrlimit(resource.RLIMIT_DATA, (rlimit_data_bytes, rlimit_data_bytes))
+            if group is not None:
+                group.enter()
 
-        self.log = open(scratch / RUNNER_LOG, "w")
-        self.process = subprocess.Popen(
-            sandbox.runner_command([sys.executable, "-m", module, *args]), cwd=scratch, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self.log, pass_fds=tuple(pass_fds), preexec_fn=limits,
-            start_new_session=True,
-        )
+        read_end, write_end = os.pipe()
+        try:
+            self.process = subprocess.Popen(
+                sandbox.runner_command([sys.executable, "-m", module, *args], sealed=group.paths() if group else ()),
+                cwd=scratch, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=write_end, pass_fds=tuple(pass_fds),
+                preexec_fn=limits, start_new_session=True,
+            )
+        finally:
+            os.close(write_end)
+        self.stderr = StderrTail(read_end)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.process.stdout, selectors.EVENT_READ)
 
     def ask(self, order: Order, *, timeout_s: float) -> tuple[Reply, float]:
-        """Send `order`; return the runner's reply and the wall milliseconds from sending to reading it. The
-        candidate's processes run only from an order to its reply: stopped (SIGSTOP) in between, they cannot
-        watch the judge place the next inputs or read an output."""
+        """Send `order`; return the runner's reply and the judge's milliseconds from before the candidate was let
+        run to the moment it is stopped again (so anything it computes after its reply is inside the interval)."""
         line = (json.dumps(to_dict(order, Order)) + "\n").encode()
-        self._signal(signal.SIGCONT)
         started = time.perf_counter()
+        self._resume()
         try:
             self.process.stdin.write(line)
             self.process.stdin.flush()
         except BrokenPipeError:
             raise self._gone("before the order") from None
         reply = self._reply(timeout_s)
-        wall_ms = (time.perf_counter() - started) * 1e3
-        self._signal(signal.SIGSTOP)
-        return reply, wall_ms
+        self._pause()
+        return reply, (time.perf_counter() - started) * 1e3
 
     def started(self, *, timeout_s: float) -> None:
         """Wait for the runner's `Ready`, so that its start-up (imports, device context) is over before the
@@ -329,12 +424,12 @@ class Runner:
         reply = self._reply(timeout_s)
         if not isinstance(reply, Ready):
             raise RunnerGone(f"the runner began with {type(reply).__name__}, not Ready")
-        self._signal(signal.SIGSTOP)
+        self._pause()
 
     def _reply(self, timeout_s: float) -> Reply:
         if not self.selector.select(timeout_s):
             raise RunnerGone(f"no reply within {timeout_s:.0f} s", timed_out=True)
-        text = self.process.stdout.readline()
+        text = self.process.stdout.readline(REPLY_CHARS)
         if not text:
             raise self._gone("without a reply")
         try:
@@ -347,11 +442,26 @@ class Runner:
             code = self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return RunnerGone(f"the runner closed its channel {when}")
-        return RunnerGone(f"{sandbox.describe_exit(code)} {when}", signal=signal.Signals(-code).name if code < 0 else "")
+        return RunnerGone(f"{sandbox.describe_exit(code)} {when}", signal=sandbox.signal_name(-code) if code < 0 else "")
 
     def crashed(self, reason: str, *, case: str = "", signal: str = "") -> Crashed:
         """The record of the candidate's crash in `case` (a `describe_call`), with the tail of its stderr."""
-        return Crashed(reason=reason, case=case, signal=signal, stderr_tail=stderr_tail(Path(self.log.name)))
+        return Crashed(reason=reason, case=case, signal=signal, stderr_tail=self.stderr.text())
+
+    def _pause(self) -> None:
+        if self.group is not None:
+            try:
+                self.group.freeze()
+            except OSError as exc:
+                raise RunnerGone(f"the candidate's processes could not be stopped: {exc}") from None
+        else:
+            self._signal(signal.SIGSTOP)
+
+    def _resume(self) -> None:
+        if self.group is not None:
+            self.group.thaw()
+        else:
+            self._signal(signal.SIGCONT)
 
     def _signal(self, signum: int) -> None:
         """Signal every process of the candidate's (all but the judge, in a sandbox of their own)."""
@@ -366,8 +476,9 @@ class Runner:
 
     def close(self) -> None:
         self._signal(signal.SIGKILL)
+        if self.group is not None:
+            self.group.thaw()  # a frozen v1 process dies only once thawed
         self.process.wait()
-        self.log.close()
 
 
 def call(runner: Runner, order: Order, *, timeout_s: float) -> tuple[CallDone, float]:
@@ -406,66 +517,98 @@ class CandidateFailed(Exception):
 
 
 @attrs.frozen(kw_only=True)
-class TimingBound:
-    """The judge's verdict on a series of timed calls: the in-process figures, checked against its clock."""
+class NullBatches:
+    """The protocol's own cost, calibrated before the candidate is loaded (so the candidate cannot slow it): the
+    judge's milliseconds for null batches (`BatchOrder(null=True)`: the same orders, loop, replies and stops, no
+    call) of one call and of `calls` calls."""
 
+    one_ms: list[float]
+    full_ms: list[float]
+    calls: int
+
+    def per_call_ms(self) -> float:
+        if self.calls <= 1:
+            return 0.0
+        return max(0.0, (statistics.median(self.full_ms) - statistics.median(self.one_ms)) / (self.calls - 1))
+
+    def cost_ms(self, calls: int) -> float:
+        """What a null batch of `calls` calls costs: the fixed part and the part per call."""
+        return statistics.median(self.one_ms) + self.per_call_ms() * (calls - 1)
+
+
+def batch_length(null: NullBatches, estimate_ms: float, *, places: int, protocol_fraction: float = 0.01) -> int:
+    """Calls per timed batch: enough that the protocol's own cost is at most `protocol_fraction` of the calls' time
+    (for a call of `estimate_ms`), at most `places` (one place per call: the memory the task's buffers allow)."""
+    fixed, per_call = null.cost_ms(1) - null.per_call_ms(), null.per_call_ms()
+    room = protocol_fraction * max(estimate_ms, 1e-6) - per_call
+    wanted = places if room <= 0 else math.ceil(fixed / room)
+    return max(1, min(places, wanted))
+
+
+@attrs.frozen(kw_only=True)
+class TimedBatch:
+    """One timed batch: its calls, the judge's milliseconds around it, and what the runner's timer said of each call."""
+
+    calls: int
+    wall_ms: float
+    in_process_ms: list[float]
+
+
+@attrs.frozen(kw_only=True)
+class TimingVerdict:
+    """The figure of a series of timed batches, from the judge's clock, and whether the runner's timer agrees."""
+
+    latency_ms: float
+    latency_p10_ms: float
+    latency_p90_ms: float
     consistent: bool
     reason: str
 
 
-def bound_timing(in_process_ms: Sequence[float], wall_ms: Sequence[float], overhead_ms: Sequence[float], *,
-                 slack_fraction: float = 0.1, slack_ms: float = 0.05) -> TimingBound:
-    """Check what the runner says each call took against the judge's wall time around it.
-
-    The judge's clock gives, per call, an upper bound (the wall time: a call cannot take longer than the
-    interval that holds it) and, with the runner's own overhead calibrated before the candidate was loaded
-    (the same protocol around a null call), a lower bound: wall time minus that overhead. The in-process
-    figures are accepted only if none exceeds its wall time and the median time outside them (wall less
-    in-process, per call) is no more than the protocol's overhead plus a slack: the overhead's own spread
-    (p90 - median), `slack_fraction` of the median wall time and `slack_ms`. A candidate can under-report by
-    that slack at most; the roofline floor bounds the rest."""
-    if not in_process_ms:
-        return TimingBound(consistent=False, reason="no timed call")
-    for claimed, wall in zip(in_process_ms, wall_ms):
-        if claimed > wall + slack_ms:
-            return TimingBound(consistent=False, reason=f"a call claimed {claimed:.4f} ms inside a {wall:.4f} ms interval of the judge's clock")
-    overhead = statistics.median(overhead_ms)
-    spread = quantile(overhead_ms, 0.9) - overhead
-    wall_median = statistics.median(wall_ms)
-    claimed = statistics.median(in_process_ms)
-    outside = statistics.median(w - c for w, c in zip(wall_ms, in_process_ms))
-    allowed = overhead + spread + slack_fraction * wall_median + slack_ms
-    description = (f"median {claimed:.4f} ms in-process in {wall_median:.4f} ms of the judge's clock; outside the"
-                   f" in-process interval {outside:.4f} ms a call, against {overhead:.4f} ms (p90 {overhead + spread:.4f})"
-                   f" for the protocol alone; {len(wall_ms)} calls")
-    if outside > allowed:
-        return TimingBound(consistent=False, reason=f"the in-process timer contradicts the judge's clock: {description}"
-                                                    f" (at most {allowed:.4f} ms allowed)")
-    return TimingBound(consistent=True, reason=description)
+def timing_verdict(batches: Sequence[TimedBatch], null: NullBatches, *, tolerance_fraction: float,
+                   tolerance_ms: float) -> TimingVerdict:
+    """A call's latency: per batch, the judge's milliseconds less a null batch's of as many calls, divided by the
+    calls; the median over batches. The runner's own timer is a diagnostic: its median per call must lie within
+    `tolerance_fraction` of the figure (plus `tolerance_ms`), or the series contradicts the judge's clock."""
+    if not batches:
+        return TimingVerdict(latency_ms=math.nan, latency_p10_ms=math.nan, latency_p90_ms=math.nan, consistent=False,
+                             reason="no timed batch")
+    figures = [(b.wall_ms - null.cost_ms(b.calls)) / b.calls for b in batches]
+    claims = [statistics.fmean(b.in_process_ms) if b.in_process_ms else math.nan for b in batches]
+    figure, claim = statistics.median(figures), statistics.median(claims)
+    calls = sorted({b.calls for b in batches})
+    shape = f"{len(batches)} batches of {'/'.join(map(str, calls))} calls"
+    description = (f"{figure:.4f} ms a call by the judge's clock ({shape}, each less a null batch's"
+                   f" {null.cost_ms(calls[-1]):.4f} ms); the runner's own timer said {claim:.4f} ms")
+    verdict = dict(latency_ms=figure, latency_p10_ms=quantile(figures, 0.1), latency_p90_ms=quantile(figures, 0.9))
+    if not figure > 0:
+        return TimingVerdict(**verdict, consistent=False,
+                             reason=f"the judge's clock saw no time in the calls beyond the protocol's own: {description}")
+    allowed = tolerance_fraction * figure + tolerance_ms
+    if not abs(claim - figure) <= allowed:
+        return TimingVerdict(**verdict, consistent=False,
+                             reason=f"the in-process timer contradicts the judge's clock: {description}"
+                                    f" ({(claim - figure) / figure:+.1%}; at most ±{allowed:.4f} ms allowed)")
+    return TimingVerdict(**verdict, consistent=True, reason=f"{description} ({(claim - figure) / figure:+.1%})")
 
 
-def bounded_series(series: Callable[[], tuple[list[float], list[float]]], overhead_ms: Sequence[float], *,
-                   attempts: int) -> tuple[list[float], list[float], TimingBound]:
-    """Time a series of calls (`series()` -> in-process and wall milliseconds) until the judge's clock agrees with the
-    runner's figures, at most `attempts` series; the last series' figures and bound.
-
-    The protocol's overhead is calibrated before the candidate is loaded, so a load that comes later (a build
-    starting beside the judge, a worker process waking) can make an honest series look as if it hid work outside
-    its timer: on this project's 2-core machine an honest 0.66 ms host kernel spent 0.42 ms a call outside against a
-    calibrated 0.18 ms. Such a series is timed again. A runner that under-reports does so in every series (or, in the
-    one that passes, reported honestly): it is rejected all the same, after `attempts` series."""
+def timed_series(series: Callable[[], list[TimedBatch]], null: NullBatches, *, attempts: int, tolerance_fraction: float,
+                 tolerance_ms: float) -> tuple[list[TimedBatch], TimingVerdict]:
+    """Time a series of batches (`series()`) until the runner's timer agrees with the judge's clock, at most `attempts`
+    series; the last series and its verdict. A load that begins beside an honest runner can make one series disagree;
+    a runner whose timer lies disagrees in every series (its figure is the judge's anyway)."""
     contradicted: list[str] = []
     while True:
-        times, walls = series()
-        bound = bound_timing(times, walls, overhead_ms)
-        if bound.consistent:
+        batches = series()
+        verdict = timing_verdict(batches, null, tolerance_fraction=tolerance_fraction, tolerance_ms=tolerance_ms)
+        if verdict.consistent:
             if contradicted:
-                bound = attrs.evolve(bound, reason=f"{bound.reason}; series {len(contradicted) + 1}: the judge's clock"
-                                                   f" contradicted {len(contradicted)} before it ({contradicted[-1]})")
-            return times, walls, bound
-        contradicted.append(bound.reason.removeprefix("the in-process timer contradicts the judge's clock: "))
+                verdict = attrs.evolve(verdict, reason=f"{verdict.reason}; series {len(contradicted) + 1}: the runner's"
+                                                       f" timer disagreed in {len(contradicted)} before it ({contradicted[-1]})")
+            return batches, verdict
+        contradicted.append(verdict.reason)
         if len(contradicted) >= attempts:
-            return times, walls, attrs.evolve(bound, reason=f"{bound.reason}, in each of {attempts} series")
+            return batches, attrs.evolve(verdict, reason=f"{verdict.reason}, in each of {attempts} series")
 
 
 class OtherLoad:

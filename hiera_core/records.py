@@ -301,6 +301,11 @@ class Protection:
     """`v1`, `v2` or None: the cgroup that limits memory (each run stage's `memory_gib`) and processes, and
     is killed as a whole; without one, memory is limited per process (RLIMIT_DATA)."""
     pids_limit: int | None = None
+    group_freezer: bool = False
+    """The candidate's processes are stopped between calls as one group (the cgroup freezer), so no process flood
+    or clone can slip a computation past the judge; without it they are stopped one by one (SIGSTOP)."""
+    cores_limit: bool = False
+    """The cores a space admits are enforced by the kernel (cpuset), whatever threads the candidate starts."""
     missing: list[str] = attrs.field(factory=list)
     """One line per protection this machine does not allow."""
 
@@ -649,7 +654,20 @@ class AttachOrder:
     alive, so that its allocator hands each call's output a block of its own, in rotation, as well."""
 
 
-Order = AttachOrder | LoadOrder | CallOrder
+@attrs.frozen(kw_only=True)
+class BatchOrder:
+    """Call the candidate once per entry of `calls`, back to back, each on its own place's inputs (all written by the
+    judge before the order, never seen before), with no wait between calls; reply when all are done. The judge's
+    clock around the whole order is the figure (`hiera_core.judging.batch_figure`). Each output stays where the
+    candidate put it: on a GPU the reply says where (`BatchDone.outputs`) and the judge reads it itself; on the host
+    it is written into the entry's output place. `null` calls nothing: the judge calibrates the protocol's own cost
+    with null batches before the candidate is loaded."""
+
+    calls: list[CallOrder]
+    null: bool = False
+
+
+Order = AttachOrder | LoadOrder | CallOrder | BatchOrder
 
 
 @attrs.frozen(kw_only=True)
@@ -680,4 +698,26 @@ class CallFailed:
     """The candidate's call raised (a CUDA error, a wrong signature) rather than returning something unusable."""
 
 
-Reply = Ready | Loaded | CallDone | CallFailed
+@attrs.frozen(kw_only=True)
+class DeviceOutput:
+    """Where a GPU output lies in the runner's memory: a CUDA IPC handle of its allocation (hex) and the output's
+    byte offset in it. The judge opens the handle itself, checks the range lies inside the allocation, and copies
+    the bytes out; nothing else in it is believed."""
+
+    handle_hex: str
+    offset_bytes: int
+
+
+@attrs.frozen(kw_only=True)
+class BatchDone:
+    """Every call of a `BatchOrder` returned (a claim: the judge's clock, its idle probe and its checks decide)."""
+
+    in_process_ms: list[float]
+    """What the runner's own timer says each call took: a diagnostic, compared with the judge's figure."""
+    outputs: list[DeviceOutput] = attrs.field(factory=list)
+    """On a GPU, where each call's output lies (empty on the host, where outputs land in the judge's places)."""
+    cpu_ms: list[float] = attrs.field(factory=list)
+    """On the host, the CPU time of the runner's process in each call (a planning signal, a claim)."""
+
+
+Reply = Ready | Loaded | CallDone | CallFailed | BatchDone

@@ -17,12 +17,15 @@ import ctypes
 import functools
 import json
 import os
+import re
 import resource
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -93,10 +96,25 @@ def protection() -> Protection:
     cgroup, why = _cgroup_kind()
     if cgroup is None:
         missing.append(f"no cgroup ({why}): memory limited per process (RLIMIT_DATA), process count not limited")
+    freezer = cgroup == "v2" or (cgroup == "v1" and _writable_cgroup(CGROUP_ROOT / "freezer"))
+    cpuset = cgroup is not None and _cpuset_available(cgroup)
+    if cgroup and not freezer:
+        missing.append("no cgroup freezer: the candidate's processes are stopped one by one (SIGSTOP) between calls")
+    if cgroup and not cpuset:
+        missing.append("no cpuset controller: a one-core space is enforced by its source rules only")
     return Protection(
         pid_namespace=namespaces, network_namespace=namespaces, read_only_root=namespaces,
-        dropped_capabilities=setpriv, cgroup=cgroup, pids_limit=PIDS_MAX if cgroup else None, missing=missing,
+        dropped_capabilities=setpriv, cgroup=cgroup, pids_limit=PIDS_MAX if cgroup else None,
+        group_freezer=freezer, cores_limit=cpuset, missing=missing,
     )
+
+
+def _cpuset_available(kind: str) -> bool:
+    if kind == "v1":
+        return _writable_cgroup(CGROUP_ROOT / "cpuset") and (CGROUP_ROOT / "cpuset" / "cpuset.cpus").is_file()
+    with contextlib.suppress(OSError):
+        (CGROUP_ROOT / "cgroup.subtree_control").write_text("+cpuset")
+    return "cpuset" in (CGROUP_ROOT / "cgroup.subtree_control").read_text().split()
 
 
 def _try_namespaces(missing: list[str]) -> bool:
@@ -159,43 +177,170 @@ def _writable_cgroup(parent: Path) -> bool:
 # --- hiera's side: starting and killing a sandbox -------------------------------------------------
 
 
-class Cgroup:
-    """One sandbox's cgroup (v1: a memory and a pids group; v2: one group): limits, then kill and remove."""
+@attrs.frozen(kw_only=True)
+class CandidateLimits:
+    """What the candidate's own processes (the runner and all it starts) may use, in a cgroup of their own below the
+    sandbox's, which the judge freezes and thaws as one (`CandidateGroup`): the space decides (`Architecture`)."""
 
-    def __init__(self, kind: str, memory_bytes: int | None) -> None:
+    cores: int | None = None
+    """Cores (cpuset: the first this many of those hiera may use); None: all of them."""
+    pids: int = 256
+    """Processes and threads, all of the candidate's together."""
+
+
+CANDIDATE_GROUP_VARIABLE = "HIERA_CANDIDATE_CGROUP"
+"""How a judge learns its candidate's cgroup: `{"kind": "v2", "dirs": [...]}` (JSON) in its environment."""
+
+
+class Cgroup:
+    """One sandbox's cgroup (v1: one group per controller; v2: one group): limits, then kill and remove. With
+    `candidate` limits it has two children: `judge` (v2; on v1 the judge stays in the group itself) and `candidate`,
+    whose directories `candidate_dirs` the judge gets writable (`start`) to move its runner in and to freeze it."""
+
+    def __init__(self, kind: str, memory_bytes: int | None, candidate: CandidateLimits | None = None) -> None:
         name = f"hiera-{os.getpid()}-{secrets.token_hex(4)}"
+        self.kind = kind
+        self.candidate_dirs: list[Path] = []
         if kind == "v2":
             self.dirs = [CGROUP_ROOT / name]
         else:
-            self.dirs = [CGROUP_ROOT / "memory" / name, CGROUP_ROOT / "pids" / name]
+            controllers = ["memory", "pids"] + [c for c in ("freezer", "cpuset") if candidate and _writable_cgroup(CGROUP_ROOT / c)]
+            self.dirs = [CGROUP_ROOT / c / name for c in controllers]
+        self.created: list[Path] = []
+        try:
+            self._make(kind, memory_bytes, candidate)
+        except BaseException:
+            self.destroy()
+            raise
+
+    def _make(self, kind: str, memory_bytes: int | None, candidate: CandidateLimits | None) -> None:
         for d in self.dirs:
             d.mkdir()
+            self.created.append(d)
+            if d.parent.name == "cpuset":
+                for key in ("cpuset.cpus", "cpuset.mems"):
+                    (d / key).write_text((d.parent / key).read_text())
         limits = {"pids.max": str(PIDS_MAX)}
         if memory_bytes:
             limits["memory.max" if kind == "v2" else "memory.limit_in_bytes"] = str(memory_bytes)
-        for d in self.dirs:
+        self._limit(self.dirs, limits)
+        self.entry = list(self.dirs)
+        if candidate is None:
+            return
+        cores = sorted(os.sched_getaffinity(0))[: candidate.cores] if candidate.cores else None
+        own = {"pids.max": str(candidate.pids)}
+        if memory_bytes:
+            own["memory.max" if kind == "v2" else "memory.limit_in_bytes"] = str(memory_bytes)
+        if kind == "v2":
+            base = self.dirs[0]
+            offered = set((base / "cgroup.controllers").read_text().split())
+            (base / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in ("memory", "pids", "cpuset") if c in offered))
+            judge, mine = base / "judge", base / "candidate"
+            for d in (judge, mine):
+                d.mkdir()
+                self.created.append(d)
+            if cores and (mine / "cpuset.cpus").exists():
+                own["cpuset.cpus"] = ",".join(map(str, cores))
+            self._limit([mine], own)
+            self.entry, self.candidate_dirs = [judge], [mine]
+        else:
+            for d in self.dirs:
+                child = d / "candidate"
+                child.mkdir()
+                self.created.append(child)
+                if d.parent.name == "cpuset":
+                    (child / "cpuset.mems").write_text((d / "cpuset.mems").read_text())
+                    (child / "cpuset.cpus").write_text(",".join(map(str, cores)) if cores else (d / "cpuset.cpus").read_text())
+                self.candidate_dirs.append(child)
+            self._limit(self.candidate_dirs, own)
+
+    @staticmethod
+    def _limit(dirs: Sequence[Path], limits: dict[str, str]) -> None:
+        for d in dirs:
             for key, value in limits.items():
                 if (d / key).exists():
                     (d / key).write_text(value)
 
     def enter(self) -> None:
-        """In the forked child, before exec: move this process into the group."""
-        for d in self.dirs:
+        """In the forked child, before exec: move this process into the group (the judge's part of it)."""
+        for d in self.entry:
             with open(d / "cgroup.procs", "w") as procs:
                 procs.write(str(os.getpid()))
 
+    def candidate_variable(self) -> dict[str, str]:
+        """The judge's environment entry naming the candidate's group (none without one)."""
+        if not self.candidate_dirs:
+            return {}
+        return {CANDIDATE_GROUP_VARIABLE: json.dumps({"kind": self.kind, "dirs": [str(d) for d in self.candidate_dirs]})}
+
     def destroy(self) -> None:
-        for d in self.dirs:
+        for d in self.candidate_dirs:  # a frozen v1 process cannot die before it is thawed
+            with contextlib.suppress(OSError):
+                (d / "freezer.state").write_text("THAWED") if (d / "freezer.state").exists() else None
+            with contextlib.suppress(OSError):
+                (d / "cgroup.freeze").write_text("0") if (d / "cgroup.freeze").exists() else None
+        for d in reversed(self.created):
             for _ in range(50):
                 pids = [int(p) for p in (d / "cgroup.procs").read_text().split()] if d.exists() else []
                 for pid in pids:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
                 try:
-                    d.rmdir()
+                    if d.exists():
+                        d.rmdir()
                     break
                 except OSError:
                     time.sleep(0.02)
+        self.created = []
+
+
+class CandidateGroup:
+    """The judge's handle on its candidate's cgroup (named by `CANDIDATE_GROUP_VARIABLE`): move the runner in,
+    freeze the whole group (every process and thread, whatever it forks or clones) and thaw it."""
+
+    def __init__(self, kind: str, dirs: Sequence[str]) -> None:
+        self.kind, self.dirs = kind, [Path(d) for d in dirs]
+        if kind == "v2":
+            self.state, self.frozen_on, self.thawed_on = self.dirs[0] / "cgroup.freeze", "1", "0"
+        else:
+            freezers = [d for d in self.dirs if d.parent.parent.name == "freezer"]
+            self.state = freezers[0] / "freezer.state" if freezers else None
+            self.frozen_on, self.thawed_on = "FROZEN", "THAWED"
+
+    @classmethod
+    def from_environment(cls) -> CandidateGroup | None:
+        spec = os.environ.get(CANDIDATE_GROUP_VARIABLE)
+        if not spec:
+            return None
+        value = json.loads(spec)
+        group = cls(value["kind"], value["dirs"])
+        return group if group.state is not None else None
+
+    def enter(self) -> None:
+        """In the runner's forked child, before exec."""
+        for d in self.dirs:
+            with open(d / "cgroup.procs", "w") as procs:
+                procs.write(str(os.getpid()))
+
+    def freeze(self, timeout_s: float = 10.0) -> None:
+        """Stop every process of the group; return once the kernel says all are stopped."""
+        self.state.write_text(self.frozen_on)
+        deadline = time.monotonic() + timeout_s
+        while not self._frozen():
+            if time.monotonic() > deadline:
+                raise OSError(f"the candidate's cgroup did not freeze within {timeout_s:.0f} s")
+            time.sleep(0)
+
+    def thaw(self) -> None:
+        self.state.write_text(self.thawed_on)
+
+    def _frozen(self) -> bool:
+        if self.kind == "v2":
+            return "frozen 1" in (self.dirs[0] / "cgroup.events").read_text()
+        return self.state.read_text().strip() == "FROZEN"
+
+    def paths(self) -> list[str]:
+        return [str(d) for d in self.dirs]
 
 
 @attrs.define
@@ -216,13 +361,29 @@ class Sandboxed:
 
 def start(
     command: Sequence[str], *, scratch: Path, writable: Sequence[Path] = (), readable: Sequence[Path] = (),
-    memory_bytes: int | None = None, env_extra: dict[str, str] | None = None, **popen,
+    memory_bytes: int | None = None, env_extra: dict[str, str] | None = None,
+    candidate: CandidateLimits | None = None, **popen,
 ) -> Sandboxed:
     """Start `command` in a new sandbox where only `scratch` and `writable` can be written; `readable` names what
     else it must see (the candidate's library). /tmp becomes a private tmpfs, unless one of these, the command,
-    the interpreter or its import path lies under it. `popen` goes to subprocess.Popen (stdin, stdout, stderr, text). The caller must
-    `kill()` it."""
+    the interpreter or its import path lies under it. With `candidate` (a judge's sandbox) the cgroup gets a child
+    group for the candidate's processes, which the command may write (`CandidateGroup`). `popen` goes to
+    subprocess.Popen (stdin, stdout, stderr, text). The caller must `kill()` it."""
     scratch.mkdir(parents=True, exist_ok=True)
+    guard = protection()
+    cgroup = Cgroup(guard.cgroup, memory_bytes, candidate if guard.group_freezer else None) if guard.cgroup else None
+    try:
+        return _start(command, scratch=scratch, writable=[*writable, *(cgroup.candidate_dirs if cgroup else [])],
+                      readable=readable, memory_bytes=memory_bytes, cgroup=cgroup,
+                      env_extra={**(env_extra or {}), **(cgroup.candidate_variable() if cgroup else {})}, **popen)
+    except BaseException:
+        if cgroup is not None:
+            cgroup.destroy()
+        raise
+
+
+def _start(command: Sequence[str], *, scratch: Path, writable: Sequence[Path], readable: Sequence[Path],
+           memory_bytes: int | None, cgroup: Cgroup | None, env_extra: dict[str, str], **popen) -> Sandboxed:
     guard = protection()
     prefix = []
     if guard.pid_namespace:
@@ -231,7 +392,6 @@ def start(
         under_tmp = any(p == Path("/tmp") or Path("/tmp") in p.parents for p in needed)
         prefix = [*_unshare_prefix(), sys.executable, "-m", "hiera_core.sandbox",
                   *([] if under_tmp else ["--private-tmp"]), *[str(p) for p in (scratch, *writable)], "--"]
-    cgroup = Cgroup(guard.cgroup, memory_bytes) if guard.cgroup else None
     limit = memory_bytes if cgroup is None else None
 
     def in_child() -> None:
@@ -241,15 +401,10 @@ def start(
         if limit:
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
-    try:
-        process = subprocess.Popen(
-            [*prefix, *command], cwd=scratch, env=candidate_environment(scratch, env_extra),
-            start_new_session=True, preexec_fn=in_child, **popen,
-        )
-    except BaseException:
-        if cgroup is not None:
-            cgroup.destroy()
-        raise
+    process = subprocess.Popen(
+        [*prefix, *command], cwd=scratch, env=candidate_environment(scratch, env_extra),
+        start_new_session=True, preexec_fn=in_child, **popen,
+    )
     return Sandboxed(process=process, cgroup=cgroup)
 
 
@@ -264,29 +419,53 @@ class IsolatedResult:
 
 def run_sandboxed(
     command: Sequence[str], *, cwd: Path, timeout_s: float, stdin: str = "", writable: Sequence[Path] = (),
-    readable: Sequence[Path] = (), env_extra: dict[str, str] | None = None,
+    readable: Sequence[Path] = (), env_extra: dict[str, str] | None = None, memory_bytes: int | None = None,
+    file_bytes: int | None = None, log_bytes: int = 16 << 20, hide_outside: bool = False,
 ) -> IsolatedResult:
     """Run `command` (a compiler, a profiler) in a sandbox where `cwd` and `writable` can be written (and
-    `readable` must be seen); kill everything in it on time-out."""
-    box = start(command, scratch=cwd, writable=writable, readable=readable, env_extra=env_extra, stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    `readable` must be seen); kill everything in it on time-out.
+
+    `memory_bytes` limits the sandbox's cgroup and every process in it (RLIMIT_DATA, so it holds without a
+    cgroup too); `file_bytes` every file it writes (RLIMIT_FSIZE). Of stdout and stderr each, at most
+    `log_bytes` are kept (the head and the tail, with a line saying how much was dropped), as printable text:
+    terminal escapes and other control characters dropped. `hide_outside` puts an empty folder over every
+    folder outside the system's own (`hidden_folders`), but for `cwd`, `writable`, `readable` and Python's."""
+    seen = [*readable]
+    if memory_bytes or file_bytes or hide_outside:
+        program = shutil.which(command[0])
+        seen += [Path(program)] if program else []
+        keep = [cwd, *writable, *seen] if hide_outside else []
+        command = confined(command, memory_bytes=memory_bytes, file_bytes=file_bytes, keep=keep)
+    box = start(command, scratch=cwd, writable=writable, readable=seen, memory_bytes=memory_bytes, env_extra=env_extra,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pipes = [BoundedPipe(box.process.stdout, log_bytes), BoundedPipe(box.process.stderr, log_bytes)]
+    threading.Thread(target=_feed, args=(box.process.stdin, stdin.encode()), daemon=True).start()
     try:
-        stdout, stderr = box.process.communicate(stdin, timeout=timeout_s)
-        return IsolatedResult(returncode=box.process.returncode, stdout=stdout, stderr=stderr, timed_out=False)
+        box.process.wait(timeout=timeout_s)
+        timed_out = False
     except subprocess.TimeoutExpired:
-        box.kill()
-        stdout, stderr = box.process.communicate()
-        return IsolatedResult(returncode=None, stdout=stdout, stderr=stderr, timed_out=True)
+        timed_out = True
     finally:
         box.kill()
+    box.process.wait()
+    for pipe in pipes:
+        pipe.join(timeout=10)
+    return IsolatedResult(returncode=None if timed_out else box.process.returncode, stdout=pipes[0].text(),
+                          stderr=pipes[1].text(), timed_out=timed_out)
 
 
 # --- the judge's side: starting the runner -------------------------------------------------------
 
 
-def runner_command(command: Sequence[str]) -> list[str]:
-    """`command` without capabilities and with no_new_privs (where setpriv exists)."""
-    return [*SETPRIV, *command] if shutil.which("setpriv") else list(command)
+def runner_command(command: Sequence[str], *, sealed: Sequence[str] = ()) -> list[str]:
+    """`command` without capabilities and with no_new_privs (where setpriv exists); with `sealed` paths (the
+    candidate's cgroup, writable for the judge), in a mount namespace of its own where they are read-only: a process
+    without capabilities cannot make them writable again, so it can neither thaw itself nor leave its group."""
+    command = [*SETPRIV, *command] if shutil.which("setpriv") else list(command)
+    if sealed:
+        command = ["unshare", "--mount", "--propagation", "private", sys.executable, "-m", "hiera_core.sandbox",
+                   "--read-only", *sealed, "--", *command]
+    return command
 
 
 def make_undumpable() -> None:
@@ -344,8 +523,25 @@ def enter(writable: Sequence[str], *, private_tmp: bool = False) -> None:
             raise OSError(err, f"making / read-only: {os.strerror(err)}")
 
 
+def seal(paths: Sequence[str]) -> None:
+    """Make `paths` (mount points in this mount namespace) read-only."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for path in paths:
+        if err := _mount(libc, path, path, None, MS_BIND):
+            raise OSError(err, f"binding {path}: {os.strerror(err)}")
+        if err := _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY):
+            raise OSError(err, f"making {path} read-only: {os.strerror(err)}")
+
+
 def main(argv: list[str]) -> None:
     split = argv.index("--")
+    if argv[:1] == ["--read-only"]:
+        try:
+            seal(argv[1:split])
+        except OSError as exc:
+            print(f"hiera sandbox: {exc.strerror}", file=sys.stderr, flush=True)
+            sys.exit(SANDBOX_FAILED)
+        os.execvp(argv[split + 1], argv[split + 1:])
     paths = [a for a in argv[:split] if a != "--private-tmp"]
     try:
         enter(paths, private_tmp="--private-tmp" in argv[:split])
@@ -358,6 +554,312 @@ def main(argv: list[str]) -> None:
     except OSError as exc:
         print(f"hiera sandbox: cannot run {argv[split + 1]}: {exc.strerror}", file=sys.stderr, flush=True)
         sys.exit(SANDBOX_FAILED)
+
+
+# --- the compiler's side: its limits, its log, what it sees and what it may include ---------------
+
+COMPILER_LOG_BYTES = 64 << 10
+"""What a compiler's log keeps of its stdout and of its stderr (the head and the tail): the next prompt quotes it."""
+COMPILER_FILE_BYTES = 512 << 20
+"""The largest file a compiler may write (RLIMIT_FSIZE): an object file or a library is far smaller."""
+LISTING_MEMORY_BYTES = 2 << 30
+"""The preprocessor's dependency listing may use this much: an include of an endless file fails here, in seconds."""
+SYSTEM_FOLDERS = frozenset({"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "sys", "usr"})
+"""The top-level folders a compiler sees whole; every other one (home folders, /work, /tmp, /run, /opt, ...) is
+hidden but for what the job names (`hidden_folders`). /dev is replaced by the few devices a compiler opens."""
+DEVICES = ("null", "random", "urandom", "shm")
+DEVICE_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"}
+SPECIAL_ROOTS = ("/dev", "/proc", "/sys")
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_LOCATED = re.compile(r"^(?:In file included from |\s+from )?([^\s:(][^:(\n]*?)(?:\(\d+\))?:(?:\d|\s)")
+"""A diagnostic's location: `path:line:`, `path: ` (the assembler), `path(line): ` (nvcc's front end), an include chain."""
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*(?:include|include_next|import|embed)[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.M)
+
+
+class BoundedPipe(threading.Thread):
+    """Reads a pipe to its end, keeping its first and last `limit // 2` bytes and counting the rest."""
+
+    def __init__(self, pipe, limit: int) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.half = pipe, max(1, limit // 2)
+        self.head, self.tail, self.dropped = b"", b"", 0
+        self.start()
+
+    def run(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while chunk := self.pipe.read1(1 << 16):
+                room = max(0, self.half - len(self.head))
+                self.head, chunk = self.head + chunk[:room], chunk[room:]
+                self.tail += chunk
+                if len(self.tail) > 2 * self.half:
+                    self.dropped += len(self.tail) - self.half
+                    self.tail = self.tail[-self.half:]
+        if len(self.tail) > self.half:
+            self.dropped += len(self.tail) - self.half
+            self.tail = self.tail[-self.half:]
+
+    def text(self) -> str:
+        if not self.dropped:
+            return printable(self.head + self.tail)
+        return f"{printable(self.head)}\n[... {self.dropped} bytes of output dropped ...]\n{printable(self.tail)}"
+
+
+def printable(data: bytes) -> str:
+    """`data` as text a log can hold: undecodable bytes replaced, terminal escapes and control characters but
+    newline and tab dropped, carriage returns made newlines."""
+    text = _ESCAPES.sub("", data.decode(errors="replace")).replace("\r\n", "\n").replace("\r", "\n")
+    return "".join(ch for ch in text if ch.isprintable() or ch in "\n\t")
+
+
+def _feed(pipe, data: bytes) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        pipe.write(data)
+    with contextlib.suppress(OSError, ValueError):
+        pipe.close()
+
+
+def run_limited(command: Sequence[str], *, cwd: Path, timeout_s: float, memory_bytes: int | None = None,
+                file_bytes: int | None = None, log_bytes: int = COMPILER_LOG_BYTES) -> IsolatedResult:
+    """Run `command` from a process already in a sandbox (the cuda build's dependency listing), with the same
+    limits as `run_sandboxed` gives its command, and its process group killed on time-out."""
+    def limits() -> None:
+        _set_limits(memory_bytes, file_bytes)
+
+    process = subprocess.Popen(list(command), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True, preexec_fn=limits)
+    pipes = [BoundedPipe(process.stdout, log_bytes), BoundedPipe(process.stderr, log_bytes)]
+    try:
+        process.wait(timeout=timeout_s)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    for pipe in pipes:
+        pipe.join(timeout=10)
+    return IsolatedResult(returncode=None if timed_out else process.returncode, stdout=pipes[0].text(),
+                          stderr=pipes[1].text(), timed_out=timed_out)
+
+
+def _set_limits(memory_bytes: int | None, file_bytes: int | None) -> None:
+    if memory_bytes:
+        resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
+    if file_bytes:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+
+
+def confined(command: Sequence[str], *, memory_bytes: int | None, file_bytes: int | None,
+             keep: Sequence[Path]) -> list[str]:
+    """`command` started through `confine`: with these rlimits and, where `keep` names folders (and the sandbox
+    has a mount namespace), everything outside the system's folders hidden but for those and Python's own."""
+    hide = hidden_folders() if keep and protection().read_only_root else []
+    if hide:
+        keep = [*keep, *python_folders(), Path(__file__).parent]
+    spec = {"memory_bytes": memory_bytes, "file_bytes": file_bytes, "hide": hide,
+            "keep": sorted({os.path.realpath(p) for p in keep})}
+    return [sys.executable, "-c", "import sys; from hiera_core.sandbox import confine; confine(sys.argv[1:])",
+            json.dumps(spec), "--", *command]
+
+
+def hidden_folders() -> list[str]:
+    """What a compiler must not see: every top-level folder but the system's (`SYSTEM_FOLDERS`), and /dev."""
+    return ["/dev", *sorted(str(p) for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink()
+                            and p.name not in SYSTEM_FOLDERS)]
+
+
+def python_folders() -> list[Path]:
+    """The interpreter's prefixes and site folders: a compiler started from Python (cpp_extension) needs them."""
+    import site
+    import sysconfig
+
+    folders = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+               *site.getsitepackages(), site.getusersitepackages(), *sysconfig.get_paths().values()}
+    return [Path(f) for f in folders if f and os.path.exists(f)]
+
+
+def confine(argv: list[str]) -> None:
+    """In the sandbox, before the compiler: hide what it must not read, set its limits, exec it."""
+    spec, command = json.loads(argv[0]), argv[2:]
+    if spec["hide"]:
+        try:
+            _hide(spec["hide"], spec["keep"])
+        except OSError as exc:
+            print(f"hiera sandbox: hiding the folders outside the build: {exc}", file=sys.stderr, flush=True)
+            sys.exit(SANDBOX_FAILED)
+        os.chdir(os.getcwd())  # the working directory again: on its bind mount, not under the hiding tmpfs
+    _set_limits(spec["memory_bytes"], spec["file_bytes"])
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        print(f"hiera sandbox: cannot run {command[0]}: {exc.strerror}", file=sys.stderr, flush=True)
+        sys.exit(SANDBOX_FAILED)
+
+
+def _hide(hide: Sequence[str], keep: Sequence[str]) -> None:
+    """An empty read-only tmpfs over each of `hide`, with each of `keep` inside it bound back at its own path."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    within = lambda path, root: path == root or path.startswith(root.rstrip("/") + "/")  # noqa: E731
+    keep = [k for k in sorted(keep, key=len) if os.path.exists(k)]
+    keep = [k for i, k in enumerate(keep) if not any(within(k, other) for other in keep[:i])]
+    for root in hide:
+        root = os.path.realpath(root)
+        if not os.path.isdir(root) or any(within(root, k) for k in keep):
+            continue
+        inner = [k for k in keep if within(k, root)]
+        if root == "/dev":
+            inner += [f"/dev/{d}" for d in DEVICES if os.path.exists(f"/dev/{d}")]
+        handles = [(k, os.open(k, os.O_PATH)) for k in inner]  # reachable still once the tmpfs covers them
+        options = f"{TMPFS},mode=1777" if root == "/tmp" else "size=1m,mode=755"  # /tmp: private and writable
+        try:
+            if err := _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, options):
+                raise OSError(err, f"a tmpfs over {root}: {os.strerror(err)}")
+            for path, handle in handles:
+                if os.path.isdir(f"/proc/self/fd/{handle}"):
+                    os.makedirs(path, exist_ok=True)
+                else:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    open(path, "a").close()
+                if err := _mount(libc, f"/proc/self/fd/{handle}", path, None, MS_BIND | MS_REC):
+                    raise OSError(err, f"binding {path} back: {os.strerror(err)}")
+        finally:
+            for _, handle in handles:
+                os.close(handle)
+        if root == "/dev":
+            for name, target in DEVICE_LINKS.items():
+                os.symlink(target, f"/dev/{name}")
+        if root != "/tmp" and (err := _mount(libc, None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, options)):
+            raise OSError(err, f"making the tmpfs over {root} read-only: {os.strerror(err)}")
+
+
+def search_folders(compiler_and_flags: Sequence[str], language: str) -> list[str]:
+    """The folders `compiler_and_flags` searches for includes (its own and the flags' -I/-isystem), as the compiler
+    lists them with -v; a trusted command on no candidate input, so not sandboxed."""
+    try:
+        done = subprocess.run([*compiler_and_flags, "-E", "-v", "-x", language, "/dev/null", "-o", "/dev/null"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    lines = done.stderr.splitlines()
+    starts = [i for i, line in enumerate(lines) if "search starts here" in line]
+    listed = [line.strip() for line in lines[starts[0] + 1:] if line.startswith(" ")] if starts else []
+    return [os.path.realpath(p.removesuffix(" (framework directory)")) for p in listed if os.path.isdir(p.split(" ")[0])]
+
+
+def include_flag_folders(flags: Sequence[str]) -> list[str]:
+    """The folders named by -I, -isystem, -iquote and -idirafter in `flags`."""
+    folders, after = [], None
+    for flag in flags:
+        if after:
+            folders.append(flag)
+            after = None
+        elif flag in ("-I", "-isystem", "-iquote", "-idirafter"):
+            after = flag
+        elif flag.startswith("-I") or flag.startswith("-isystem"):
+            folders.append(flag.removeprefix("-isystem").removeprefix("-I"))
+    return [os.path.realpath(f) for f in folders if f]
+
+
+def makefile_dependencies(listing: str) -> list[str]:
+    """The prerequisites of a Makefile rule as `cc -M` / `nvcc -M` write it (continuations, escaped spaces)."""
+    joined = listing.replace("\\\n", " ")
+    paths = []
+    for rule in joined.splitlines():
+        _, colon, prerequisites = rule.partition(": ") if ": " in rule else rule.partition(":")
+        if colon:
+            paths += [p.replace("\\ ", " ").replace("$$", "$") for p in re.split(r"(?<!\\)\s+", prerequisites.strip()) if p]
+    return paths
+
+
+def _within_any(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def include_problem(include: str, *, base: Path, allowed: Sequence[str]) -> str | None:
+    """Why the compiler must not read `include` (relative to `base`): a device, a FIFO, a socket, a folder, a file
+    under /dev, /proc or /sys, or one outside `allowed`; None when it may. Never the file's content."""
+    path = os.path.realpath(os.path.join(base, include))
+    if _within_any(path, SPECIAL_ROOTS):
+        return f"`{include}` is under {next(r for r in SPECIAL_ROOTS if _within_any(path, [r]))}, not a source file"
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = stat.S_IFREG  # missing (`-MG` lists it): where it would be decides; the compiler says it is missing
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode) else None)
+    if kind:
+        return f"`{include}` is {kind}, not a source file"
+    if not _within_any(path, allowed):
+        return (f"`{include}` is outside what a candidate may include (its own folder, the contract's files and the"
+                f" toolchain's include folders)")
+    return None
+
+
+def literal_include_problem(source: str, *, base: Path, allowed: Sequence[str]) -> str | None:
+    """`include_problem` for the includes written out in `source` that name a file by path (absolute, or relative
+    to the candidate's folder where it exists there): found before any preprocessor reads them."""
+    for quoted, angled in _INCLUDE.findall(source):
+        name = quoted or angled
+        if name.startswith("/") or (quoted and os.path.lexists(os.path.join(base, name))):
+            if problem := include_problem(name, base=base, allowed=allowed):
+                return problem
+    return None
+
+
+def dependency_problem(listing: str, *, base: Path, allowed: Sequence[str]) -> str | None:
+    """`include_problem` for every file of a dependency listing (`makefile_dependencies`); the first problem."""
+    for include in makefile_dependencies(listing):
+        if problem := include_problem(include, base=base, allowed=allowed):
+            return problem
+    return None
+
+
+def located_outside(log: str, *, base: Path, allowed: Sequence[str]) -> str:
+    """`log` without the diagnostics located in a file outside `allowed` (a line `path:line: ...` and the lines that
+    follow it up to the next located one: its quoted source, its caret): what a compiler read there stays there."""
+    kept, dropped, keeping = [], 0, True
+    for line in log.splitlines():
+        match = _LOCATED.match(line)
+        if match and os.path.isfile(os.path.join(base, match.group(1))):
+            path = os.path.realpath(os.path.join(base, match.group(1)))
+            keeping = _within_any(path, allowed) and not _within_any(path, SPECIAL_ROOTS)
+        if keeping:
+            kept.append(line)
+        else:
+            dropped += 1
+    if dropped:
+        kept.append(f"[{dropped} lines of diagnostics located in files outside the candidate's reach not shown]")
+    return "\n".join(kept)
+
+
+def library_problem(path: Path, *, max_bytes: int) -> str | None:
+    """Why `path` is not a library the judge may load: missing, a link, a folder, another special file, or larger
+    than `max_bytes`; None when it is a regular file of a bounded size (lstat: a link is never followed)."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return f"the build left no library at {path.name}"
+    if stat.S_ISLNK(info.st_mode):
+        return f"the build left a symbolic link where the library should be ({path.name})"
+    if stat.S_ISDIR(info.st_mode):
+        return f"the build left a directory where the library should be ({path.name})"
+    if not stat.S_ISREG(info.st_mode):
+        return f"the build left a special file where the library should be ({path.name})"
+    if info.st_size > max_bytes:
+        return f"the library is {info.st_size / 2**20:.0f} MiB, over the limit of {max_bytes / 2**20:.0f} MiB"
+    return None
+
+
+def folder_bytes(folder: Path) -> int:
+    """What the files under `folder` take (links not followed)."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from hiera_core import records
 from hiera_core.config import load_config
 from hiera_core.engine import evaluate_source
 from hiera_core.pipeline import implausible
-from hiera_core.judging import bound_timing, bounded_series
+from hiera_core.judging import NullBatches, TimedBatch, batch_length, timed_series, timing_verdict
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.sandbox import protection
 from hiera_core.session import Session
@@ -100,6 +100,7 @@ def session(tmp_path_factory):
     config = load_config(root, environ={}, cli={"arch": "host"}, overrides=[
         "workload.stencil2d.host_n=64", "workload.stencil2d.radius=1", "evaluator.host-run.timeout_s=40",
         "evaluator.host-run.call_timeout_s=10", "evaluator.host-run.memory_gib=0.5", "evaluator.host-run.min_time_s=0.05",
+        "evaluator.host-run.max_repeats=300",
     ])
     yield Session.create(config, make_plugin_manager()), root
     os.environ.pop("OPENAI_API_KEY", None)
@@ -213,45 +214,40 @@ def test_a_result_faster_than_physics_is_rejected_never_ranked():
     assert "plausibility bound" in implausible(greedy, None, run).reason
 
 
-# The judge's bound on the runner's timer, with the figures the H200 gave for the 0.56 ms stencil kernel
-# (2026-12-01): the protocol alone took 1.06 ms (p90 1.14) around a null call; real calls 1.79 ms of wall time.
-H200_OVERHEAD = [1.06, 1.05, 1.04, 1.07, 1.14, 1.03, 1.06, 1.05, 1.08, 1.0, 1.06]
+# The figure is the judge's clock around a batch, less a null batch of as many calls (calibrated before the candidate
+# was loaded), per call; the runner's timer only has to agree with it.
+NULL = NullBatches(one_ms=[0.30, 0.31, 0.29, 0.33, 0.30], full_ms=[0.40, 0.41, 0.39, 0.42, 0.40], calls=11)
 
 
-def test_an_honest_timer_is_accepted_within_the_judge_s_clock():
-    bound = bound_timing([0.56] * 9, [1.79] * 9, H200_OVERHEAD)
-    assert bound.consistent, bound.reason
+def test_the_figure_is_the_judge_s_clock_less_the_protocol_s_own_cost():
+    batches = [TimedBatch(calls=11, wall_ms=0.40 + 11 * 0.56, in_process_ms=[0.56] * 11)] * 5
+    verdict = timing_verdict(batches, NULL, tolerance_fraction=0.03, tolerance_ms=0.003)
+    assert verdict.consistent, verdict.reason
+    assert abs(verdict.latency_ms - 0.56) < 1e-9
 
 
-@pytest.mark.parametrize("claimed_ms", [0.3, 0.05])
-def test_a_timer_that_under_reports_is_rejected(claimed_ms):
-    bound = bound_timing([claimed_ms] * 9, [1.79] * 9, H200_OVERHEAD)
-    assert not bound.consistent and "contradicts the judge's clock" in bound.reason
-
-
-def test_a_call_cannot_take_longer_than_the_interval_that_holds_it():
-    bound = bound_timing([2.5] * 9, [1.79] * 9, H200_OVERHEAD)
-    assert not bound.consistent and "inside a 1.7900 ms interval" in bound.reason
+@pytest.mark.parametrize("claimed_ms", [0.45, 0.05])
+def test_a_timer_that_under_reports_changes_nothing_but_is_rejected(claimed_ms):
+    batches = [TimedBatch(calls=11, wall_ms=0.40 + 11 * 0.56, in_process_ms=[claimed_ms] * 11)] * 5
+    verdict = timing_verdict(batches, NULL, tolerance_fraction=0.03, tolerance_ms=0.003)
+    assert not verdict.consistent and "contradicts the judge's clock" in verdict.reason
+    assert abs(verdict.latency_ms - 0.56) < 1e-9  # the figure it would have had is the judge's, never the claim
 
 
 def test_an_honest_series_timed_under_a_passing_load_is_timed_again_and_accepted():
-    """The Ray test's seed on the 2-core machine: 0.66 ms in-process, 0.42 ms a call outside it against a calibrated
-    0.18 ms while a worker woke beside it; the next series, on a quiet machine, agrees with the judge's clock."""
-    overhead = [0.18, 0.19, 0.17, 0.24, 0.18]
-    series = iter([([0.66] * 9, [1.08] * 9), ([0.66] * 9, [0.86] * 9)])
-    times, walls, bound = bounded_series(lambda: next(series), overhead, attempts=3)
-    assert bound.consistent and walls == [0.86] * 9 and "series 2: the judge's clock contradicted 1 before it" in bound.reason
+    """A load that starts beside an honest runner makes one series disagree; the next, on a quiet machine, agrees."""
+    series = iter([[TimedBatch(calls=11, wall_ms=0.40 + 11 * 0.90, in_process_ms=[0.56] * 11)] * 3,
+                   [TimedBatch(calls=11, wall_ms=0.40 + 11 * 0.56, in_process_ms=[0.56] * 11)] * 3])
+    batches, verdict = timed_series(lambda: next(series), NULL, attempts=3, tolerance_fraction=0.03, tolerance_ms=0.003)
+    assert verdict.consistent and "series 2" in verdict.reason and abs(verdict.latency_ms - 0.56) < 1e-9
 
 
-def test_a_timer_that_under_reports_in_every_series_is_rejected_after_the_last():
-    calls = []
-
-    def lying():
-        calls.append(1)
-        return [0.3] * 9, [1.79] * 9
-
-    _, _, bound = bounded_series(lying, H200_OVERHEAD, attempts=3)
-    assert not bound.consistent and len(calls) == 3 and "in each of 3 series" in bound.reason
+def test_the_batch_is_long_enough_for_the_protocol_to_cost_at_most_one_per_cent():
+    cheap_loop = NullBatches(one_ms=[0.30] * 5, full_ms=[0.31] * 5, calls=11)
+    n = batch_length(cheap_loop, 0.56, places=1000)
+    assert cheap_loop.cost_ms(n) / n <= 0.01 * 0.56 and cheap_loop.cost_ms(n - 1) / (n - 1) > 0.01 * 0.56
+    assert batch_length(cheap_loop, 0.56, places=10) == 10  # the places (the task's memory) cap it
+    assert batch_length(NULL, 0.005, places=64) == 64  # a call cheaper than the loop itself: every place
 
 
 def test_nothing_of_a_candidate_outlives_a_killed_hiera(tmp_path):
@@ -291,3 +287,107 @@ def _processes_in(root: Path) -> list[str]:
         except OSError:
             continue
     return found
+
+
+# --- the figure comes from the judge's clock, and the kernel holds a space to its cores ------------------------------
+
+PYTHON_FROM_C = r"""
+#define PASTE(a, b) a##b
+int PASTE(PyRun_, SimpleString)(const char *);  /* the interpreter hosting the runner, reached by prototypes */
+int PASTE(PyGILState_, Ensure)(void);
+void PASTE(PyGILState_, Release)(int);
+static int patched;
+static void in_python(const char *code) { int gil = PASTE(PyGILState_, Ensure)(); PASTE(PyRun_, SimpleString)(code); PASTE(PyGILState_, Release)(gil); }
+"""
+SCALED_TIMER = candidate(r"""
+    if (!patched) { patched = 1; in_python("import time\n_real = time.perf_counter\ntime.perf_counter = lambda: _real() * 0.5\n"); }
+    step(n, radius, weights, in, out); return 0;""", PYTHON_FROM_C)
+
+CLONE_WORKER = "#define _GNU_SOURCE\n" + candidate(r"""
+    if (!patched) {
+        patched = 1;
+        for (int i = 0; i < 2000; i++) if (fork() == 0) _exit(0);  /* zombies: never reaped */
+        clone(worker, stack + sizeof stack, CLONE_VM | SIGCHLD, NULL);
+    }
+    w_in = in; w_w = weights; w_out = out; w_n = n; w_r = radius; pending = 1;
+    return 0;  /* the output is the worker's, computed after the call "returned" */""", r"""
+#include <sched.h>
+#include <signal.h>
+static int patched;
+static char stack[1 << 16];
+static volatile int pending; static const double *w_in, *w_w; static double *w_out; static int w_n, w_r;
+static int worker(void *unused) { for (;;) if (pending) { step(w_n, w_r, w_w, w_in, w_out); pending = 0; } return 0; }
+""")
+
+THREADED = candidate(r"""
+    int k = 2 * radius + 1;
+    _Pragma("omp parallel for")  /* the space's rules read `#pragma omp`: this form they do not see */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = 0.0;
+            for (int di = -radius; di <= radius; di++)
+                for (int dj = -radius; dj <= radius; dj++) {
+                    int y = i + di, x = j + dj;
+                    if (y >= 0 && y < n && x >= 0 && x < n) acc += weights[(di + radius) * k + (dj + radius)] * in[y * n + x];
+                }
+            out[i * n + j] = acc;
+        }
+    return 0;""")
+
+
+@pytest.fixture(scope="module")
+def larger(tmp_path_factory):
+    """A 256² grid (~1.5 ms a call on one core of the CI machine): large enough that a lie of 10% shows."""
+    root = tmp_path_factory.mktemp("adversarial-larger")
+    config = load_config(root, environ={}, cli={"arch": "host"}, overrides=[
+        "workload.stencil2d.host_n=256", "workload.stencil2d.radius=1", "evaluator.host-run.timeout_s=60",
+        "evaluator.host-run.call_timeout_s=10", "evaluator.host-run.memory_gib=0.5", "evaluator.host-run.min_time_s=0.2",
+    ])
+    session = Session.create(config, make_plugin_manager())
+    control, _ = evaluate((session, root), candidate(HONEST_BODY), "control")
+    assert isinstance(control, records.Measured), control
+    return session, root, control
+
+
+def test_the_honest_control_s_figure_agrees_with_its_own_timer(larger):
+    """The judge's figure (its clock around batches, less null batches) is what the runner's timer said within 3%:
+    what an honest candidate measured before the figure moved out of its process."""
+    _, _, control = larger
+    claimed = control.profile.metrics["in_process_ms"]
+    assert abs(control.latency_ms - claimed) <= 0.03 * claimed, (control.latency_ms, claimed, control.timing_bound)
+
+
+def test_a_candidate_that_halves_the_runner_s_timer_gains_nothing(larger):
+    session, root, control = larger
+    evaluation, _ = evaluate((session, root), SCALED_TIMER, "scaled-timer")
+    if isinstance(evaluation, records.Rejected):
+        assert "contradicts the judge's clock" in evaluation.reason
+    else:
+        assert isinstance(evaluation, records.Measured), evaluation
+        assert evaluation.latency_ms >= 0.9 * control.latency_ms, (evaluation.latency_ms, control.latency_ms)
+
+
+def test_a_worker_computing_after_the_call_returned_gains_nothing(larger):
+    """A clone(CLONE_VM) worker computes each output after the call has returned, behind two thousand zombie
+    children that once made stopping the candidate's processes one by one slow: the whole group is frozen at the
+    reply, by the kernel, and the judge's clock runs until it is."""
+    session, root, control = larger
+    evaluation, _ = evaluate((session, root), CLONE_WORKER, "clone-worker")
+    if isinstance(evaluation, records.Measured):
+        assert evaluation.latency_ms >= 0.9 * control.latency_ms, (evaluation.latency_ms, control.latency_ms)
+    else:
+        assert isinstance(evaluation, (records.Incorrect, records.Crashed, records.TimedOut)), evaluation
+
+
+@pytest.mark.skipif(not protection().cores_limit or len(os.sched_getaffinity(0)) < 2, reason="needs a cpuset and 2 cores")
+def test_a_one_core_space_gets_one_core_whatever_pragma_it_hides(larger):
+    """`_Pragma("omp parallel for")` gets past the pure_cuda space's source rules; the kernel still runs it on one
+    core (the candidate's cpuset), so it is no faster than the single-threaded control."""
+    session, root, _ = larger
+    single, _ = evaluate((session, root), THREADED.replace('_Pragma("omp parallel for")', ""), "same-loop-unthreaded")
+    evaluation, _ = evaluate((session, root), THREADED, "hidden-openmp")
+    assert isinstance(evaluation, records.Measured) and isinstance(single, records.Measured), (evaluation, single)
+    # on two cores a two-thread run takes about half the time; on one, the same loop's time, give or take the code
+    # OpenMP's outlined function compiles to, and CPU time no more than the wall time
+    assert evaluation.latency_ms >= 0.6 * single.latency_ms, (evaluation.latency_ms, single.latency_ms)
+    assert evaluation.profile.metrics["cpu_utilization_fraction"] <= 1.1, evaluation.profile.metrics

@@ -54,6 +54,8 @@ class CudaCompile:
         build = build_candidate(job, timeout_s=self.config.timeout_s)
         (job.workdir / "build.log").write_text(build.log)
         (job.workdir / "resources.json").write_text(json.dumps(build.resources, indent=1))
+        if build.rejected:
+            return StaticRejected(reason=build.rejected)
         if build.library is None:
             return CompileFailed(log=compiler_errors(build.log), compile_s=build.seconds)
         symbols = checks.imported_symbols(build.library)
@@ -91,14 +93,18 @@ class CudaRunConfig:
     """Timing stops once the timed calls have taken this long by the judge's clock and `min_repeats` are in: a
     120 ms kernel (stencil2d's conv2d baseline on the H200) is timed in 17 calls rather than 100 (12 s)."""
     min_repeats: int = 10
-    placements: int = 4
-    """The calls rotate over this many places in GPU memory for the inputs and the output (fewer where the buffers
-    of a large task would take more than 8 GiB), each with pages of its own and at another offset: a cache keyed by
-    addresses has nothing stable to key on, and the figure is not one placement's (on the H200 placements did not
-    move the stencil's figure: docs/measurement.md)."""
+    placements: int = 256
+    """Places in GPU memory for a call's inputs and output (fewer where the buffers of a large task would take more
+    than 16 GiB), each with pages of its own and at another offset: a timed batch has one place per call (so its
+    inputs are all written, and never seen, before it starts), and the calls rotate over them, so a cache keyed by
+    addresses has nothing stable to key on."""
     timing_attempts: int = 3
-    """Series of timed calls before the candidate is rejected because the judge's clock contradicts its timer: a
-    load that began after the calibration can make an honest series look so (`judging.bounded_series`)."""
+    """Series of timed batches before the candidate is rejected because its own timer contradicts the judge's clock
+    (`judging.timed_series`)."""
+    timer_tolerance: float = 0.03
+    timer_tolerance_ms: float = 0.003
+    """How far the runner's CUDA events may be from the judge's figure (a share of it, plus milliseconds): the figure
+    is the judge's; events further off say the candidate's process is not what it claims."""
     adaptive: bool = False
     """Keep timing until the median's relative standard error is below `target_rse`, or `max_repeats`."""
     target_rse: float = 0.005

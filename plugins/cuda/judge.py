@@ -38,8 +38,12 @@ from torch.multiprocessing.reductions import reduce_tensor
 from hiera_core import judging
 from hiera_core.records import (
     AttachOrder,
+    BatchDone,
+    BatchOrder,
     BufferView,
+    CallFailed,
     CallOrder,
+    DeviceOutput,
     Incorrect,
     JudgeAnswer,
     JudgeRequest,
@@ -48,17 +52,22 @@ from hiera_core.records import (
     Rejected,
     TimedOut,
 )
+from hiera_plugins.cuda import ipc
 from hiera_plugins.cuda.runner import ColdStart, seeded
 
 ALIGN = 256
-PLACEMENT_BYTES = 8 * 2**30
+PLACEMENT_BYTES = 16 * 2**30
 """At most this much GPU memory for the inputs' and the output's places together: a task whose buffers are larger
 gets fewer places (one, if one pair alone is larger)."""
 PLACE_ALIGN = 2**21
 STAGGER = 2**16
 """Each input place starts this much further past a 2 MiB boundary than the one before (the output places do
 not), so that the places differ in where an input lies against its output as well as in their pages."""
-CALIBRATION_CALLS = 21
+CALIBRATION_BATCHES = 7
+PROBE_LIMIT_MS = 0.12
+"""The judge's idle probe (one tiny kernel of its own, right after the runner's reply) takes ~0.02 ms on an idle H200
+and >= 0.29 ms when another context still has work queued, however little (2026-12-03): a reply before the work was
+done shows."""
 COMPARE_CHUNK = 2**26
 """Elements compared at a time: FP64 temporaries of 512 MiB whatever the output's size (level 1 task 38's
 output is 2.1 G elements; whole-tensor temporaries ran the H200 out of memory)."""
@@ -130,19 +139,6 @@ def device_state(device: int) -> dict[str, float]:
         return {}
 
 
-def timing_done(times: list[float], walls: list[float], timing: dict[str, Any]) -> bool:
-    """Enough timed calls: `repeats`, or `min_repeats` once their wall times (the judge's clock, not the
-    runner's figures) add up to `timing_budget_s`; when adaptive, until the relative standard error of the mean is
-    below `target_rse` (at most `max_repeats`)."""
-    if len(times) >= timing["min_repeats"] and sum(walls) >= timing["timing_budget_s"] * 1e3:
-        return True
-    if len(times) < timing["repeats"]:
-        return False
-    if not timing["adaptive"] or len(times) >= timing["max_repeats"]:
-        return True
-    return statistics.stdev(times) / len(times) ** 0.5 / statistics.mean(times) < timing["target_rse"]
-
-
 def max_error(out: torch.Tensor, reference: torch.Tensor, rtol: float, atol: float,
               chunk: int = COMPARE_CHUNK) -> tuple[float, int | str | None]:
     """The largest |out - reference| and where the first element out of tolerance is (a flat index;
@@ -187,6 +183,7 @@ class CudaJudge:
         self.timeout_s = self.s["call_timeout_s"]
         self.random = secrets.SystemRandom()  # which timed calls are checked: the candidate cannot know
         self.cold_start = ColdStart()
+        self.probe_tensor = torch.zeros(1, device="cuda")
         self.phases: dict[str, float] = {}
         self.last = time.perf_counter()
         self.call_seed = getattr(harness, "call_seed", None)
@@ -243,7 +240,6 @@ class CudaJudge:
     def call(self, inputs, reference, *, null=False, inspect=False, flush=True):
         """One call of the runner on `inputs`, placed in the buffers first."""
         views, out, target = self.place(inputs, reference)
-        self.placed = views, out
         order = CallOrder(case={}, inputs=views, output=out, null=null, inspect=inspect, flush_cache=flush)
         try:
             reply, wall = judging.call(self.runner, order, timeout_s=self.timeout_s)
@@ -252,14 +248,6 @@ class CudaJudge:
                 raise Failed(str(exc)) from None
             raise judging.Wrong(str(exc)) from None
         return reply, wall, views, target
-
-    def warm_up(self) -> None:
-        """A null call just before the next inputs are placed, so that a timed call follows a call as every
-        calibration call did (a runner woken from a long sleep answers later: on the H200, 0.2-0.4 ms more a
-        call with the judge's checks and reference between timed calls). It runs on the inputs of the call
-        before, which the candidate has seen; its figures are not used (the candidate can slow it)."""
-        views, out = self.placed
-        judging.call(self.runner, CallOrder(case={}, inputs=views, output=out, null=True), timeout_s=self.timeout_s)
 
     def check(self, label: str, inputs, views, target, reference) -> float:
         for i, tensor in enumerate(inputs):
@@ -321,10 +309,7 @@ class CudaJudge:
         del sizes
         self.mark("buffers")
 
-        overhead = []
-        for _ in range(CALIBRATION_CALLS):  # the protocol around a null call, before the candidate is loaded
-            reply, wall, _, _ = self.call(sample, timing_reference, null=True)
-            overhead.append(wall - reply.in_process_ms)
+        null = self.calibrate(sample, timing_reference)
         self.mark("calibration")
         compiled, compiled_note = None, ""
         if self.request.settings.get("compile_baseline") and hasattr(h, "compiled_baseline"):
@@ -349,51 +334,65 @@ class CudaJudge:
             labels.append(label)
         self.mark("correctness")
 
-        # two checked calls chosen in secret: one among the first `min_repeats` (timing may stop there), one anywhere
-        forced = {self.random.randrange(max(1, min(s["min_repeats"], s["repeats"]))), self.random.randrange(max(1, s["repeats"]))}
-        checked = 0
+        checked = count = busy = 0
         reference_times, compiled_times = [], []
-        spent = compiled_spent = 0.0
         budget_ms = s["reference_budget_s"] * 1e3
 
-        def series() -> tuple[list[float], list[float]]:
-            """One series of timed calls, each on fresh inputs, the reference (and the compiled one) interleaved."""
-            nonlocal largest, checked, spent, compiled_spent
-            times, walls = [], []
-            done = False
-            while not done:
-                i = len(times)
-                seed, distribution = self.random.getrandbits(62), h.distributions[i % len(h.distributions)]
-                inputs = h.make_inputs(timing_case, seed, distribution)
-                self.current = f"timed call {i}: {judging.describe_call(timing_case, seed, distribution)}"
-                self.warm_up()
-                reply, wall, views, target = self.call(inputs, timing_reference)
-                times.append(reply.in_process_ms)
-                walls.append(wall)
-                done = timing_done(times, walls, s)
-                if i in forced or done or self.random.random() < s["check_fraction"]:  # the last one too
-                    largest = max(largest, self.check(f"timed call {i} (fresh inputs)", inputs, views, target,
-                                                      h.reference(timing_case, inputs)))
-                    checked += 1
-                if s.get("reference_ms") is None and (len(reference_times) < s["min_reference_repeats"] or spent < budget_ms):
-                    elapsed, _ = timed(self.cold_start, lambda: self.baseline(inputs))
-                    reference_times.append(elapsed)
-                    spent += elapsed
-                if compiled is not None and (len(compiled_times) < s["min_reference_repeats"] or compiled_spent < budget_ms):
-                    elapsed, _ = timed(self.cold_start, lambda: compiled(inputs))
-                    compiled_times.append(elapsed)
-                    compiled_spent += elapsed
-            print(f"timing: {json.dumps({'overhead_ms': [round(x, 4) for x in overhead], 'in_process_ms': [round(x, 4) for x in times], 'wall_ms': [round(x, 4) for x in walls]})}",
-                  file=sys.stderr, flush=True)
-            return times, walls
+        def timed_batch(n: int, last: bool) -> judging.TimedBatch:
+            """One batch of `n` calls on fresh inputs: every output read by the judge itself, a secret share checked
+            (one at least), the reference (and the compiled one) timed on the same inputs in this process."""
+            nonlocal checked, count, busy, largest
+            draws = [(self.random.getrandbits(62), h.distributions[(count + k) % len(h.distributions)]) for k in range(n)]
+            inputs = [h.make_inputs(timing_case, seed, distribution) for seed, distribution in draws]
+            self.current = f"timed calls {count}-{count + n - 1}: a batch on fresh inputs ({judging.describe_call(timing_case, *draws[0])}, ...)"
+            while True:
+                batch, placed = self.batch(inputs, timing_reference)
+                if batch is not None:
+                    break
+                busy += 1
+                if busy > max(2, s["timing_attempts"]):
+                    raise judging.Wrong("the GPU was still busy with the candidate's work after its reply, batch after batch")
+            first, count = count, count + n
+            for k, (views, target) in enumerate(placed):
+                if not bool(torch.isfinite(target).all()) and target.is_floating_point():
+                    raise judging.Wrong(f"timed call {first + k}: non-finite values in its output (never written?)")
+            chosen = {self.random.randrange(n)} | {k for k in range(n) if self.random.random() < s["check_fraction"]}
+            if last:
+                chosen.add(n - 1)
+            for k in sorted(chosen):
+                views, target = placed[k]
+                largest = max(largest, self.check(f"timed call {first + k} (fresh inputs)", inputs[k], views, target,
+                                                  h.reference(timing_case, inputs[k])))
+                checked += 1
+            views_in = [views for views, _ in placed]
+            if s.get("reference_ms") is None and (len(reference_times) < s["min_reference_repeats"] or sum(reference_times) < budget_ms):
+                reference_times.extend([self.judge_batch(self.baseline, views_in)] * n)
+            if compiled is not None and (len(compiled_times) < s["min_reference_repeats"] or sum(compiled_times) < budget_ms):
+                compiled_times.extend([self.judge_batch(compiled, views_in)] * n)
+            return batch
+
+        warm = timed_batch(min(self.place_count, 4), last=False)  # sizes the batches; not part of the figure
+        estimate = max((warm.wall_ms - null.cost_ms(warm.calls)) / warm.calls, 1e-4)
+        calls = judging.batch_length(null, estimate, places=self.place_count)
+
+        def series() -> list[judging.TimedBatch]:
+            batches: list[judging.TimedBatch] = []
+            while True:
+                total = sum(b.calls for b in batches) + calls
+                last = timing_done(total + calls, len(batches) + 1, sum(b.wall_ms for b in batches), batches, null, s)
+                batches.append(timed_batch(calls, last))
+                if last:
+                    print(f"timing: {json.dumps({'null_one_ms': [round(x, 4) for x in null.one_ms], 'null_full_ms': [round(x, 4) for x in null.full_ms], 'calls': [b.calls for b in batches], 'wall_ms': [round(b.wall_ms, 4) for b in batches], 'in_process_ms': [round(statistics.fmean(b.in_process_ms), 4) for b in batches]})}",
+                          file=sys.stderr, flush=True)
+                    return batches
 
         before = device_state(s["device"])
-        times, walls, bound = judging.bounded_series(series, overhead, attempts=s["timing_attempts"])
+        batches, verdict = judging.timed_series(series, null, attempts=s["timing_attempts"],
+                                                tolerance_fraction=s["timer_tolerance"], tolerance_ms=s["timer_tolerance_ms"])
         after = device_state(s["device"])
         self.mark("timing")
-        latency = statistics.median(times)
-        if not bound.consistent:
-            return Rejected(reason=bound.reason, latency_ms=latency)
+        if not verdict.consistent:
+            return Rejected(reason=verdict.reason, latency_ms=verdict.latency_ms)
 
         seed = self.random.getrandbits(62)
         inputs = h.make_inputs(timing_case, seed, h.distributions[0])
@@ -403,23 +402,128 @@ class CudaJudge:
         self.mark("runtime_check")
         print(f"phases: {json.dumps(self.phases)}", file=sys.stderr, flush=True)
         return Judged(
-            latency_ms=latency,
-            latency_p10_ms=judging.quantile(times, 0.1),
-            latency_p90_ms=judging.quantile(times, 0.9),
-            repeats=len(times),
+            latency_ms=verdict.latency_ms,
+            latency_p10_ms=verdict.latency_p10_ms,
+            latency_p90_ms=verdict.latency_p90_ms,
+            repeats=sum(b.calls for b in batches),
             reference_latency_ms=statistics.median(reference_times) if reference_times else s["reference_ms"],
             max_abs_error=largest,
             checks=labels,
-            timing_bound=bound.reason,
+            timing_bound=verdict.reason + (f"; {busy} batches redone: the GPU was busy after the reply" if busy else ""),
             reference_engine=getattr(h, "reference_engine", ""),
             checked_timed_calls=checked,
-            metrics={"judge_overhead_ms": statistics.median(overhead)},
+            metrics={"protocol_ms_per_batch": round(null.cost_ms(calls), 4), "batch_calls": calls,
+                     "in_process_ms": round(statistics.median(statistics.fmean(b.in_process_ms) for b in batches), 6)},
             kernels=reply.kernels,
             aten_ops=reply.aten_ops,
             compiled_reference_latency_ms=statistics.median(compiled_times) if compiled_times else None,
             compiled_reference_note=compiled_note,
             conditions={**{f"{k}_start": v for k, v in before.items()}, **{f"{k}_end": v for k, v in after.items()}},
         )
+
+    # --- timed batches ----------------------------------------------------------------------------
+
+    def calibrate(self, sample, reference) -> judging.NullBatches:
+        """Null batches of one call and of every place, before the candidate is loaded; and the idle probe's own time,
+        which sets how long a probe may take before the GPU counts as busy."""
+        one, full, probes = [], [], []
+        for _ in range(CALIBRATION_BATCHES):
+            for n, into in ((1, one), (self.place_count, full)):
+                batch, _ = self.batch([sample] * n, reference, null=True, probes=probes)
+                into.append(batch.wall_ms)
+        self.probe_limit_ms = max(PROBE_LIMIT_MS, 2 * judging.quantile(probes, 0.9))
+        return judging.NullBatches(one_ms=one, full_ms=full, calls=self.place_count)
+
+    def batch(self, inputs: list, reference, *, null: bool = False, probes: list | None = None):
+        """One batch: `inputs` written into places of their own, L2 flushed, the calls ordered at once; the judge's
+        clock runs from letting the candidate run to stopping it again. Then the judge checks the GPU is idle (a
+        kernel of its own comes back at once only when no other context has work queued: a reply before the work was
+        done shows here) and copies every output from the runner's memory into its own places. (the `TimedBatch`,
+        [(views, output place)]), or (None, []) when the GPU was still busy."""
+        calls, placed = [], []
+        for arrays in inputs:
+            views, out, target = self.place(arrays, reference)
+            calls.append(CallOrder(case={}, inputs=views, output=out, null=null))
+            placed.append((views, target))
+        self.cold_start.flush.zero_()  # L2 holds no input: every place's inputs are untouched until its call
+        torch.cuda.synchronize()
+        try:
+            reply, wall = self.runner.ask(BatchOrder(calls=calls, null=null), timeout_s=self.timeout_s * len(calls))
+        except judging.RunnerGone:
+            raise
+        if isinstance(reply, CallFailed):
+            raise (Failed(reply.reason) if reply.raised else judging.Wrong(reply.reason))
+        if not isinstance(reply, BatchDone) or len(reply.in_process_ms) != len(calls) or len(reply.outputs) != len(calls):
+            raise judging.RunnerGone(f"the runner answered {type(reply).__name__} to a batch of {len(calls)} calls")
+        probe = self.probe()
+        if probes is not None:
+            probes.append(probe)
+        elif probe > self.probe_limit_ms:
+            return None, []
+        self.collect(reply.outputs, [target for _, target in placed])
+        return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), placed
+
+    def probe(self) -> float:
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        self.probe_tensor.add_(1)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - started) * 1e3
+
+    def collect(self, outputs: list[DeviceOutput], targets: list[torch.Tensor]) -> None:
+        """Copy each output the runner names into the judge's place for it: the handle opened here, the range checked
+        against the allocation's real size, no two outputs on the same bytes."""
+        opened: dict[str, tuple[int, int]] = {}
+        spans: dict[str, list[tuple[int, int]]] = {}
+        try:
+            for k, (where, target) in enumerate(zip(outputs, targets)):
+                if where.handle_hex not in opened:
+                    opened[where.handle_hex] = ipc.open_handle(where.handle_hex)
+                pointer, size = opened[where.handle_hex]
+                nbytes = target.numel() * target.element_size()
+                start = where.offset_bytes
+                if start < 0 or start + nbytes > size:
+                    raise judging.RunnerGone(f"the runner placed output {k} outside the memory it names")
+                if any(start < end and other < start + nbytes for other, end in spans.setdefault(where.handle_hex, [])):
+                    raise judging.Wrong(f"timed call {k} of a batch returned memory another call of it returned too")
+                spans[where.handle_hex].append((start, start + nbytes))
+                target.reshape(-1).view(torch.uint8).copy_(ipc.bytes_at(pointer + start, nbytes))
+            torch.cuda.synchronize()
+        except ipc.IpcError as exc:
+            raise judging.RunnerGone(f"the judge could not read the runner's outputs: {exc}") from None
+        finally:
+            for pointer, _ in opened.values():
+                ipc.close(pointer)
+
+    def judge_batch(self, function, views_in: list[dict[str, BufferView]]) -> float:
+        """Milliseconds a call of `function` (trusted: a reference) takes by the same rule as the candidate's: back to
+        back on the batch's places, after an L2 flush, by this process's clock, less the same loop with no call."""
+        args = [[self._array(self.inputs_arena, v[str(i)]) for i in range(len(v))] for v in views_in]
+
+        def run(call) -> float:
+            self.cold_start.flush.zero_()
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            for a in args:
+                call(a)
+            torch.cuda.synchronize()
+            return (time.perf_counter() - started) * 1e3
+
+        return max(0.0, run(function) - run(lambda a: None)) / len(args)
+
+
+def timing_done(total: int, batches: int, walls_ms: float, done: list, null: judging.NullBatches, timing: dict[str, Any]) -> bool:
+    """Enough timed calls after the next batch: `repeats` of them, or `min_repeats` (and three batches) once the
+    batches' wall times (the judge's clock) add up to `timing_budget_s`; when adaptive, until the relative standard
+    error of the per-batch figures is below `target_rse` (at most `max_repeats` calls)."""
+    if total >= timing["min_repeats"] and batches >= 3 and walls_ms >= timing["timing_budget_s"] * 1e3:
+        return True
+    if total < timing["repeats"]:
+        return False
+    if not timing["adaptive"] or total >= timing["max_repeats"] or len(done) < 3:
+        return True
+    figures = [(b.wall_ms - null.cost_ms(b.calls)) / b.calls for b in done]
+    return statistics.stdev(figures) / len(figures) ** 0.5 / statistics.mean(figures) < timing["target_rse"]
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ class HostArchitecture:
         parts = [f"C on the CPU: {build}; the candidate's own code and the C standard library are always admitted,"
                  " vector intrinsics included."]
         if "an OpenMP pragma" not in yes and "the pthreads library" not in yes:
-            parts.append("No threads: the candidate runs on one core.")
+            parts.append("No threads: the candidate runs on one core (the kernel holds it to one, whatever it starts).")
         else:
             from hiera_plugins.host.evaluators import RUNNER_ENVIRONMENT
 
@@ -141,6 +141,13 @@ class HostArchitecture:
 
 def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def candidate_cores(rank: int) -> int:
+    """The cores a candidate of a space of `rank` runs on: one where the space admits no threads, else all; the
+    kernel enforces it (the candidate's cpuset), whatever pragma or clone the candidate uses."""
+    yes, _ = admitted(SOURCE_RULES, rank)
+    return cpu_cores() if "an OpenMP pragma" in yes or "the pthreads library" in yes else 1
 
 
 def _cpuinfo() -> str:

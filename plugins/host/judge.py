@@ -1,10 +1,12 @@
 """The host judge: decides a host candidate's verdict without ever loading it.
 
 It makes every input (fresh values for every check and every timed call, the stencil's weights too),
-places them in a memfd it shares with the runner, poisons the output with NaN, orders one call, stops
-the runner's processes, and reads the output and the inputs back itself. Timed calls run on inputs never
-seen before; a secret random share of them (at least two) is checked against a reference computed here.
-Each call is timed by the runner's clock and bounded by the judge's own (`judging.bound_timing`).
+places them in a memfd it shares with the runner (sealed: the runner cannot shrink it under the judge), poisons
+the outputs with NaN, orders the calls, stops the runner's processes, and reads the outputs and the inputs back
+itself. Timed calls run in batches, back to back, each on its own place's inputs, never seen before; the figure
+is the judge's clock around a batch less a null batch's, per call (`judging.timing_verdict`); every output of a
+batch must have been written, and a secret random share of them (one in each batch at least, and the last) is
+checked against a reference computed here.
 
 The workload's harness (`Workload.harness(task, "host")`, a `hiera_plugins.host.harness.HostHarness`)
 supplies the semantics.
@@ -12,6 +14,7 @@ supplies the semantics.
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import secrets
@@ -24,7 +27,10 @@ import numpy as np
 
 from hiera_core import judging
 from hiera_core.records import (
+    BatchDone,
+    BatchOrder,
     BufferView,
+    CallFailed,
     CallOrder,
     Incorrect,
     JudgeAnswer,
@@ -35,19 +41,24 @@ from hiera_core.records import (
 )
 
 ALIGN = 64
-CALIBRATION_CALLS = 31
+CALIBRATION_BATCHES = 9
+PLACES_BYTES = 256 * 2**20
+"""At most this much memory for the timed calls' places (one per call of a batch)."""
 
 
 class Arena:
-    """One memfd: the inputs of a call, then its output, laid out afresh for every call."""
+    """One memfd, sealed at its size: `places` places, each for the inputs of a call and its output."""
 
-    def __init__(self, size: int) -> None:
-        self.fd = os.memfd_create("hiera-arena", 0)
-        os.ftruncate(self.fd, max(size, ALIGN))
-        self.map = mmap.mmap(self.fd, max(size, ALIGN))
+    def __init__(self, place_bytes: int, places: int) -> None:
+        self.stride = _aligned(max(place_bytes, ALIGN))
+        size = self.stride * places
+        self.fd = os.memfd_create("hiera-arena", os.MFD_ALLOW_SEALING)
+        os.ftruncate(self.fd, size)
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        self.map = mmap.mmap(self.fd, size)
 
-    def place(self, inputs: dict[str, np.ndarray], output: np.ndarray) -> tuple[dict[str, BufferView], BufferView]:
-        views, offset = {}, 0
+    def place(self, inputs: dict[str, np.ndarray], output: np.ndarray, place: int = 0) -> tuple[dict[str, BufferView], BufferView]:
+        views, offset = {}, place * self.stride
         for name, array in inputs.items():
             views[name] = self._write(offset, array)
             offset = _aligned(offset + array.nbytes)
@@ -67,7 +78,7 @@ def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def arena_bytes(harness: Any, cases: list[dict[str, Any]]) -> int:
+def place_bytes(harness: Any, cases: list[dict[str, Any]]) -> int:
     largest = 0
     for case in cases:
         inputs = harness.make_inputs(case, 0, harness.distributions[0])
@@ -80,11 +91,14 @@ def main() -> None:
     request = judging.read_request()
     harness = judging.harness_of(request.workload_factory, request.workload_config, request.task, "host")
     cases = harness.correctness_cases(request.remeasure)
-    arena = Arena(arena_bytes(harness, [*cases, harness.timing_case(), harness.cache_case()]))
+    largest = place_bytes(harness, [*cases, harness.timing_case(), harness.cache_case()])
+    places = max(1, min(request.settings["max_repeats"], PLACES_BYTES // max(largest, 1)))
+    arena = Arena(largest, places)
     memory = request.settings.get("memory_bytes")
     runner = judging.Runner("hiera_plugins.host.runner", scratch=Path.cwd(), args=[str(arena.fd)],
                             pass_fds=[arena.fd], rlimit_data_bytes=memory)
     judge = Judge(harness, request, runner, arena)
+    judge.arena_places = places
     started = False
     try:
         runner.started(timeout_s=request.settings["timeout_s"])
@@ -117,12 +131,20 @@ class Judge:
                                    timeout_s=self.timeout_s)
         return reply, wall, views, self.arena.array(out)
 
-    def warm_up(self) -> None:
-        """A null call just before the next inputs are placed, so that a timed call follows a call as every
-        calibration call did (a runner woken from a long sleep answers later). It runs on the inputs of the
-        call before, which the candidate has seen; its figures are not used (the candidate can slow it)."""
-        case, views, out = self.placed
-        judging.call(self.runner, CallOrder(case=case, inputs=views, output=out, null=True), timeout_s=self.timeout_s)
+    def batch(self, case: dict[str, Any], inputs: list[dict[str, np.ndarray]], *, null: bool = False):
+        """One batch: the calls on `inputs`, each placed in a place of its own first, ordered at once; returns the
+        `TimedBatch`, the runner's CPU milliseconds per call, and each call's (views, output array)."""
+        calls, placed = [], []
+        for k, arrays in enumerate(inputs):
+            views, out = self.arena.place(arrays, self.harness.output(case), place=k)
+            calls.append(CallOrder(case=case, inputs=views, output=out, null=null))
+            placed.append((views, self.arena.array(out)))
+        reply, wall = self.runner.ask(BatchOrder(calls=calls, null=null), timeout_s=self.timeout_s * len(calls))
+        if isinstance(reply, CallFailed):
+            raise judging.CandidateFailed(reply.reason, raised=reply.raised)
+        if not isinstance(reply, BatchDone) or len(reply.in_process_ms) != len(calls):
+            raise judging.RunnerGone(f"the runner answered {type(reply).__name__} to a batch of {len(calls)} calls")
+        return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), reply.cpu_ms, placed
 
     def check(self, label: str, case, inputs, views, out, reference=None) -> float:
         """Compare the output with the reference and the shared inputs with the judge's own copies."""
@@ -146,19 +168,22 @@ class Judge:
         """The verdict on the candidate built as `library`."""
         h = self.harness
         timing_case = h.timing_case()
-        overhead = []
-        for _ in range(CALIBRATION_CALLS):  # the protocol around a null call: before the candidate is loaded
-            reply, wall, _, _ = self.call(timing_case, h.make_inputs(timing_case, 0, h.distributions[0]), null=True)
-            overhead.append(wall - reply.in_process_ms)
+        sample = h.make_inputs(timing_case, 0, h.distributions[0])
+        places = self.arena_places
+        one, full = [], []
+        for _ in range(CALIBRATION_BATCHES):  # the protocol's own cost: before the candidate is loaded
+            one.append(self.batch(timing_case, [sample], null=True)[0].wall_ms)
+            full.append(self.batch(timing_case, [sample] * places, null=True)[0].wall_ms)
+        null = judging.NullBatches(one_ms=one, full_ms=full, calls=places)
         failed = judging.load(self.runner, self.request, library, timeout_s=self.timeout_s)
         if failed is not None:
             return failed
         try:
-            return self._measure(timing_case, overhead)
+            return self._measure(timing_case, null)
         except judging.Wrong as exc:
             return Incorrect(reason=exc.reason, max_abs_error=exc.error)
 
-    def _measure(self, timing_case, overhead: list[float]) -> JudgeAnswer:
+    def _measure(self, timing_case, null: judging.NullBatches) -> JudgeAnswer:
         h, s = self.harness, self.settings
         seeds = h.seeds(self.request.remeasure)
         checks, largest = [], 0.0
@@ -170,49 +195,65 @@ class Judge:
                     largest = max(largest, self.checked_call(label, case, h.make_inputs(case, seed, distribution)))
                     checks.append(label)
 
-        forced = set(self.random.sample(range(s["min_repeats"]), min(2, s["min_repeats"])))
         checked = 0
         cpu, reference_times = [], []
+        count = 0
+
+        def fresh(n: int) -> list[dict[str, np.ndarray]]:
+            return [h.make_inputs(timing_case, self.random.getrandbits(62), h.distributions[(count + k) % len(h.distributions)])
+                    for k in range(n)]
+
+        def timed(inputs: list[dict[str, np.ndarray]], last: bool) -> judging.TimedBatch:
+            """One timed batch on `inputs`: every output written, a secret share of them checked (one at least)."""
+            nonlocal checked, count
+            first = count
+            self.current = f"timed calls {first}-{first + len(inputs) - 1} (a batch on fresh inputs)"
+            try:
+                batch, cpu_ms, placed = self.batch(timing_case, inputs)
+            except judging.CandidateFailed as exc:
+                raise judging.Wrong(f"timed calls {first}-{first + len(inputs) - 1}: a call failed: {exc}") from None
+            count += len(inputs)
+            cpu.extend(cpu_ms)
+            for k, (_, out) in enumerate(placed):
+                if not np.all(np.isfinite(out)):
+                    raise judging.Wrong(f"timed call {first + k}: non-finite values in its output (never written?)")
+            chosen = {self.random.randrange(len(inputs))} | {k for k in range(len(inputs)) if self.random.random() < s["check_fraction"]}
+            if last:
+                chosen.add(len(inputs) - 1)
+            for k in sorted(chosen):
+                views, out = placed[k]
+                self.check(f"timed call {first + k} (fresh inputs)", timing_case, inputs[k], views, out)
+                checked += 1
+            if s.get("reference_ms") is None and len(reference_times) < s["reference_repeats"]:
+                t0 = time.perf_counter()
+                h.reference(timing_case, inputs[-1])
+                reference_times.append((time.perf_counter() - t0) * 1e3)
+            return batch
+
+        warm = timed(fresh(min(2, self.arena_places)), last=False)  # the estimate that sizes the batches; not a figure
+        estimate = max((warm.wall_ms - null.cost_ms(warm.calls)) / warm.calls, 1e-3)
+        calls = judging.batch_length(null, estimate, places=min(self.arena_places, max(1, s["max_repeats"] // 3)))
         load = judging.OtherLoad(self.runner.process.pid)
 
-        def series() -> tuple[list[float], list[float]]:
-            """One series of timed calls, each on fresh inputs, the reference timed between them."""
-            nonlocal checked
-            times, walls = [], []
+        def series() -> list[judging.TimedBatch]:
+            batches: list[judging.TimedBatch] = []
             cpu.clear()
+            while True:
+                total = sum(b.calls for b in batches) + calls
+                last = total + calls > s["max_repeats"] or (
+                    total >= s["min_repeats"] and len(batches) >= 2
+                    and sum(b.wall_ms for b in batches) / 1e3 >= s["min_time_s"])
+                batches.append(timed(fresh(calls), last))
+                if last:
+                    return batches
 
-            def more() -> bool:
-                return len(times) < s["max_repeats"] and (len(times) < s["min_repeats"] or sum(walls) / 1e3 < s["min_time_s"])
-
-            again = True
-            while again:
-                i = len(times)
-                seed, distribution = self.random.getrandbits(62), h.distributions[i % len(h.distributions)]
-                inputs = h.make_inputs(timing_case, seed, distribution)
-                self.current = f"timed call {i}: {judging.describe_call(timing_case, seed, distribution)}"
-                try:
-                    self.warm_up()
-                    reply, wall, views, out = self.call(timing_case, inputs)
-                except judging.CandidateFailed as exc:
-                    raise judging.Wrong(f"timed call {i}: the call failed: {exc}") from None
-                times.append(reply.in_process_ms)
-                walls.append(wall)
-                cpu.append(reply.cpu_ms)
-                again = more()
-                if i in forced or self.random.random() < s["check_fraction"] or not again:  # the last one too
-                    self.check(f"timed call {i} (fresh inputs)", timing_case, inputs, views, out)
-                    checked += 1
-                if s.get("reference_ms") is None and len(reference_times) < s["reference_repeats"]:
-                    t0 = time.perf_counter()
-                    h.reference(timing_case, inputs)
-                    reference_times.append((time.perf_counter() - t0) * 1e3)
-            return times, walls
-
-        times, _, bound = judging.bounded_series(series, overhead, attempts=s["timing_attempts"])
+        batches, verdict = judging.timed_series(series, null, attempts=s["timing_attempts"],
+                                                tolerance_fraction=s["timer_tolerance"], tolerance_ms=s["timer_tolerance_ms"])
         other_cores = load.cores()
-        latency = statistics.median(times)
-        if not bound.consistent:
-            return Rejected(reason=bound.reason, latency_ms=latency)
+        latency = verdict.latency_ms
+        if not verdict.consistent:
+            return Rejected(reason=verdict.reason, latency_ms=latency)
+        in_process = sum(sum(b.in_process_ms) for b in batches)
 
         cache_case = h.cache_case()
         cache_runs = []
@@ -227,31 +268,34 @@ class Judge:
             self.check(f"cache-size call {k}", cache_case, inputs, views, out)
             cache_runs.append((reply.in_process_ms, reply.cpu_ms))
         cache_wall = statistics.median(w for w, _ in cache_runs)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores = s.get("candidate_cores") or len(os.sched_getaffinity(0))
         disturbed = ""
         if other_cores is not None and other_cores >= s["busy_cores"]:
             disturbed = (f"other processes kept {other_cores:.2f} of the machine's {os.cpu_count()} cores busy while it was"
                          " timed")
         return Judged(
             latency_ms=latency,
-            latency_p10_ms=judging.quantile(times, 0.1),
-            latency_p90_ms=judging.quantile(times, 0.9),
-            repeats=len(times),
+            latency_p10_ms=verdict.latency_p10_ms,
+            latency_p90_ms=verdict.latency_p90_ms,
+            repeats=sum(b.calls for b in batches),
             reference_latency_ms=statistics.median(reference_times) if reference_times else s["reference_ms"],
             max_abs_error=largest,
             checks=checks,
-            timing_bound=bound.reason,
+            timing_bound=verdict.reason,
             reference_engine=getattr(h, "reference_engine", ""),
             checked_timed_calls=checked,
             disturbed=disturbed,
             conditions={"other_load_cores": round(other_cores, 3)} if other_cores is not None else {},
             metrics={  # from the runner's CPU clock: a planning signal, not a verdict
-                "cpu_utilization_fraction": sum(cpu) / sum(times) / cores,
+                "cpu_utilization_fraction": sum(cpu) / max(in_process, 1e-9) / cores,
                 "cache_cpu_utilization_fraction": sum(c for _, c in cache_runs) / sum(w for w, _ in cache_runs) / cores,
                 "task_ns_per_point": latency * 1e6 / h.points(timing_case),
                 "cache_ns_per_point": cache_wall * 1e6 / h.points(cache_case),
                 "task_points": h.points(timing_case),
                 "cores": cores,
+                "batch_calls": calls,
+                "in_process_ms": round(statistics.median(statistics.fmean(b.in_process_ms) for b in batches), 6),
+                "protocol_ms_per_batch": round(null.cost_ms(calls), 4),
             },
         )
 

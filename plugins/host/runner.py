@@ -1,6 +1,6 @@
 """The host runner: the only process that loads a host candidate. It maps the judge's buffer (a memfd
 whose descriptor it inherits, named in argv) and calls the candidate on the arrays the judge placed there.
-Nothing it says is believed: the judge reads the output itself and times every call with its own clock."""
+Nothing it says is believed: the judge reads the output itself and takes every figure from its own clock."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 from hiera_core import judging
-from hiera_core.records import BufferView, CallDone, CallOrder, LoadOrder, Loaded, Order, Reply
+from hiera_core.records import BatchDone, BatchOrder, BufferView, CallDone, CallOrder, LoadOrder, Loaded, Order, Reply
 
 
 def view(arena: mmap.mmap, buffer: BufferView) -> np.ndarray:
@@ -30,15 +30,24 @@ def main() -> None:
             loaded["harness"] = judging.harness_of(order.workload_factory, order.workload_config, order.task, "host")
             loaded["lib"] = ctypes.CDLL(order.library)  # the candidate enters the process only now
             return Loaded()
+        if isinstance(order, BatchOrder):  # back to back, each on its own place; the judge's clock is the figure
+            walls, cpus = [], []
+            for call in order.calls:
+                wall, cpu = one(call, null=order.null)
+                walls.append(wall)
+                cpus.append(cpu)
+            return BatchDone(in_process_ms=walls, cpu_ms=cpus)
         assert isinstance(order, CallOrder)
+        wall, cpu = one(order, null=order.null)
+        return CallDone(in_process_ms=wall, cpu_ms=cpu)
+
+    def one(order: CallOrder, *, null: bool) -> tuple[float, float]:
         inputs = {name: view(arena, buffer) for name, buffer in order.inputs.items()}
         out = view(arena, order.output)
-        if order.null:
-            wall, cpu = judging.timed_ms(lambda: None)
-        else:
-            harness, lib = loaded["harness"], loaded["lib"]
-            wall, cpu = judging.timed_ms(lambda: harness.call(lib, order.case, inputs, out))
-        return CallDone(in_process_ms=wall, cpu_ms=cpu)
+        if null:
+            return judging.timed_ms(lambda: None)
+        harness, lib = loaded["harness"], loaded["lib"]
+        return judging.timed_ms(lambda: harness.call(lib, order.case, inputs, out))
 
     judging.serve(handle)
 
