@@ -93,7 +93,8 @@ _holds = threading.local()
 def device_lock(name: str):
     """One process at a time on a device (`gpu-0`, ...), across threads and hiera processes: what holds it times
     or profiles undisturbed. Each hold's interval goes to the thread's `recording_holds` list, if one is open."""
-    with open(Path(tempfile.gettempdir()) / f"hiera-{name}.lock", "w") as handle:
+    path = Path(tempfile.gettempdir()) / f"hiera-{name}.lock"  # a link there is refused, never followed
+    with open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)) as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         start = time.time()
         try:
@@ -175,8 +176,8 @@ class StartedJudge:
 
     def _answer(self, library: Path) -> Judged | Evaluation:
         copy = self.scratch / library.name  # in the sandbox's own folder, which it sees whatever becomes of /tmp there
-        shutil.copyfile(library, copy)
         try:
+            shutil.copyfile(library, copy)
             said = self._exchange(copy)
         finally:
             self._stop()

@@ -14,13 +14,17 @@ from hiera_core import EvalJob, StagePassed, hookimpl
 from hiera_core.config import ConfigError
 from hiera_core.judging import device_lock
 from hiera_core.records import Evaluation
-from hiera_core.sandbox import describe_exit, run_sandboxed
+from hiera_core.sandbox import describe_exit, run_sandboxed, runner_command
 
 from hiera_plugins.cuda.architecture import gpu_lock_name
 from hiera_plugins.ncu import profile
 
 RUNNER = "hiera_plugins.cuda.runner"
-"""The process ncu profiles: the cuda runner, which in `--profile` mode calls the candidate once inside an NVTX range."""
+"""The process ncu profiles: the cuda runner, which in `--profile` mode calls the candidate once inside an NVTX range.
+It loads the candidate, so it runs as the judge's runner does, without capabilities and with no_new_privs
+(`sandbox.runner_command`): as ncu's child it kept the sandbox's root capabilities, and could have remounted the
+read-only disk. The H200's driver lets a process without them read the counters (RmProfilingAdminOnly: 0); a driver
+that restricts them to admins gives ERR_NVGPUCTRPERM, a profile marked unavailable."""
 
 
 @attrs.frozen(kw_only=True)
@@ -65,7 +69,7 @@ class NcuProfile:
             return _unprofiled(measured, why)
         range_name = "hiera_profile"
         request = {**job.worker_request(), "nvtx_range": range_name}
-        command = profile.ncu_command([sys.executable, "-m", RUNNER, str(self.config.device), "--profile"],
+        command = profile.ncu_command(runner_command([sys.executable, "-m", RUNNER, str(self.config.device), "--profile"]),
                                       ncu=ncu, nvtx_range=range_name)
         with device_lock(gpu_lock_name(self.config.device)):
             result = run_sandboxed(command, cwd=job.workdir / "profile", readable=[job.workdir, Path(job.artifacts["library"]).parent],

@@ -235,8 +235,8 @@ def permission_problem(output: str) -> str | None:
     """
     if "ERR_NVGPUCTRPERM" in output:
         return (
-            "GPU performance counters are not permitted for this user (ERR_NVGPUCTRPERM): run ncu as root or "
-            "load the driver with NVreg_RestrictProfilingToAdminUsers=0"
+            "GPU performance counters are restricted to admin users (ERR_NVGPUCTRPERM) and the profiled process "
+            "runs without capabilities: load the driver with NVreg_RestrictProfilingToAdminUsers=0"
         )
     for line in output.splitlines():
         if line.startswith("==ERROR=="):
