@@ -9,7 +9,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins"))
 
-from adversarial import CANDIDATES, CUBLAS_HIDDEN, DRIVER_STREAM_HIDDEN, SECRETS, SURVIVOR  # noqa: E402
+from adversarial import (  # noqa: E402
+    CANDIDATES, CUBLAS_HIDDEN, DRIVER_STREAM_HIDDEN, EARLY_REPLY, SCALED_EVENTS, SECRETS, SURVIVOR,
+)
 from conftest import run_hiera  # noqa: E402
 from gpu_tasks import SEEDS  # noqa: E402
 
@@ -92,6 +94,25 @@ def test_every_hack_is_rejected_with_its_reason_and_the_run_goes_on(tmp_path, ta
     # after the crash and the hang, a fresh process still gets a clean GPU
     again = _evaluate_all(session, [("seed", "pure_cuda", SEEDS[task])], tmp_path, remeasure=True)
     assert isinstance(again["seed"], records.Measured)
+
+
+def test_a_lie_to_the_runner_s_timer_or_an_early_reply_gains_nothing(tmp_path):
+    """The figure is the judge's clock around batches of calls, less null batches: a candidate that halves the runner's
+    CUDA events is measured like the honest kernel (or rejected: its timer contradicts the judge's clock); one that
+    makes the runner reply before its kernels are done is caught by the judge's idle probe or its checks."""
+    session = _session(tmp_path, "scale-add", "evaluator.cuda-profile.enabled=false")
+    outcomes = _evaluate_all(session, [("seed", "pure_cuda", SEEDS["scale-add"]), ("scaled-events", "pure_cuda", SCALED_EVENTS),
+                                       ("early-reply", "pure_cuda", EARLY_REPLY),
+                                       ("same-work-honest", "pure_cuda", EARLY_REPLY.replace("in_python(", "(void)("))], tmp_path)
+    print({name: f"{type(e).__name__}: {getattr(e, 'latency_ms', '')} {getattr(e, 'timing_bound', '') or getattr(e, 'reason', '') or getattr(e, 'log', '')[:300]}"
+           for name, e in outcomes.items()})
+    assert isinstance(outcomes["seed"], records.Measured) and isinstance(outcomes["same-work-honest"], records.Measured)
+    for name, honest in (("scaled-events", outcomes["seed"]), ("early-reply", outcomes["same-work-honest"])):
+        evaluation = outcomes[name]
+        if isinstance(evaluation, records.Measured):
+            assert evaluation.latency_ms >= 0.9 * honest.latency_ms, (name, evaluation)
+        else:
+            assert isinstance(evaluation, (records.Rejected, records.Incorrect, records.StaticRejected, records.Crashed)), (name, evaluation)
 
 
 def test_timing_agrees_with_itself_across_fresh_processes(tmp_path):

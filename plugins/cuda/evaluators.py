@@ -95,14 +95,14 @@ class CudaRunConfig:
     min_repeats: int = 10
     placements: int = 256
     """Places in GPU memory for a call's inputs and output (fewer where the buffers of a large task would take more
-    than 16 GiB), each with pages of its own and at another offset: a timed batch has one place per call (so its
+    than 64 GiB with the outputs a batch holds), each with pages of its own and at another offset: a timed batch has one place per call (so its
     inputs are all written, and never seen, before it starts), and the calls rotate over them, so a cache keyed by
     addresses has nothing stable to key on."""
     timing_attempts: int = 3
     """Series of timed batches before the candidate is rejected because its own timer contradicts the judge's clock
     (`judging.timed_series`)."""
-    timer_tolerance: float = 0.03
-    timer_tolerance_ms: float = 0.003
+    timer_tolerance: float = 0.05
+    timer_tolerance_ms: float = 0.005
     """How far the runner's CUDA events may be from the judge's figure (a share of it, plus milliseconds): the figure
     is the judge's; events further off say the candidate's process is not what it claims."""
     adaptive: bool = False

@@ -1,17 +1,18 @@
 """The cuda judge: decides a cuda candidate's verdict without ever loading it (eval.md §3, §4).
 
-It owns two GPU buffers that the runner opens through CUDA IPC, one for a call's inputs and one for its
-output. The runner's processes run only from an order to its reply (stopped in between). For every call the
-judge draws fresh inputs (every data input the harness makes), writes them into the input buffer, fills the
-output buffer with NaN, orders the call, and reads the output buffer and the inputs back itself:
+It owns two GPU buffers that the runner opens through CUDA IPC, one for the calls' inputs and one for their
+outputs, each with places for many calls. The runner's processes run only from an order to its reply (frozen as a
+cgroup in between). For every call the judge draws fresh inputs (every data input the harness makes) and writes them
+into a place of their own:
 
-1. correctness: every case, seed and distribution against an FP64 reference computed here (TF32 off);
-2. timing: each timed call on inputs never seen before (no result cache can hit), a secret random share of
-   them (at least two, and the last) checked like the correctness cases; the runner's CUDA events (queued
-   around the call right after an L2 flush and a 0.5 ms cover, with no wait on the host in between: the host's
-   latency in launching the call, up to the cover, is not in the figure) are accepted only where the judge's clock around the call,
-   less the protocol's own overhead measured before the candidate was loaded, agrees
-   (`judging.bound_timing`); the reference (eager PyTorch) is timed here, interleaved, the same way;
+1. correctness: every case, seed and distribution against an FP64 reference computed here (TF32 off), one call at
+   a time (the runner copies its output into the judge's place);
+2. timing: batches of calls back to back, each on a place's never-seen inputs; the figure is the judge's clock around
+   a batch (from thawing the candidate to freezing it again) less a null batch's, per call (`judging.timing_verdict`);
+   after each batch the judge's idle probe shows the GPU has nothing of the candidate's left running, and the judge
+   reads every output itself, through the IPC handle the runner names (`ipc`); a secret share (one call a batch at
+   least, and the last) is checked like the correctness cases; the runner's CUDA events must agree with the figure;
+   the reference (eager PyTorch) is timed here by the same rule;
 3. one more checked call under the runner's profiler and a dispatcher log: the kernels and ATen operators
    it really ran, for the runtime space check (a claim of the runner's: the binary check is the judge's).
 
@@ -22,6 +23,7 @@ supplies the semantics.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 import pickle
@@ -32,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 from torch.multiprocessing.reductions import reduce_tensor
 
@@ -56,18 +59,24 @@ from hiera_plugins.cuda import ipc
 from hiera_plugins.cuda.runner import ColdStart, seeded
 
 ALIGN = 256
-PLACEMENT_BYTES = 16 * 2**30
-"""At most this much GPU memory for the inputs' and the output's places together: a task whose buffers are larger
-gets fewer places (one, if one pair alone is larger)."""
+PLACEMENT_BYTES = 64 * 2**30
+"""At most this much GPU memory for the places of a timed batch (each place's inputs and output, and the runner's output
+of its call): a task whose buffers are larger gets fewer places (one, if one alone is larger)."""
 PLACE_ALIGN = 2**21
 STAGGER = 2**16
 """Each input place starts this much further past a 2 MiB boundary than the one before (the output places do
 not), so that the places differ in where an input lies against its output as well as in their pages."""
 CALIBRATION_BATCHES = 7
+MIN_BATCHES = 5
+"""A series has at least this many timed batches: its figure is their median."""
 PROBE_LIMIT_MS = 0.12
 """The judge's idle probe (one tiny kernel of its own, right after the runner's reply) takes ~0.02 ms on an idle H200
 and >= 0.29 ms when another context still has work queued, however little (2026-12-03): a reply before the work was
-done shows."""
+done shows. A probe slower than this adds its wait to the batch's time (work that outlived the reply, or the judge's
+own wake-up: either way the candidate is not favoured)."""
+SLICE_MS = 1.5
+"""Beyond this the probe may have run in a time slice of its own (~2 ms on the H200) while the candidate's work went
+on: the batch is timed again."""
 COMPARE_CHUNK = 2**26
 """Elements compared at a time: FP64 temporaries of 512 MiB whatever the output's size (level 1 task 38's
 output is 2.1 G elements; whole-tensor temporaries ran the H200 out of memory)."""
@@ -85,6 +94,7 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(1)
     torch.cuda.set_device(s["device"])
+    judging.raise_priority()
     runner = judging.Runner("hiera_plugins.cuda.runner", scratch=Path.cwd(), args=[str(s["device"])],
                             rlimit_data_bytes=s.get("memory_bytes"))
     torch.cuda.init()
@@ -173,7 +183,8 @@ def places(in_bytes: int, out_bytes: int, wanted: int) -> tuple[int, int, int]:
     and an output of `out_bytes`, and how far apart they lie; `wanted` at most, within `PLACEMENT_BYTES`."""
     in_stride = _aligned(max(in_bytes, ALIGN), PLACE_ALIGN) + STAGGER
     out_stride = _aligned(max(out_bytes, ALIGN), PLACE_ALIGN)
-    return max(1, min(wanted, PLACEMENT_BYTES // (in_stride + out_stride))), in_stride, out_stride
+    # a timed batch also holds the runner's own output of each call
+    return max(1, min(wanted, PLACEMENT_BYTES // (in_stride + 2 * out_stride))), in_stride, out_stride
 
 
 class CudaJudge:
@@ -343,15 +354,18 @@ class CudaJudge:
             (one at least), the reference (and the compiled one) timed on the same inputs in this process."""
             nonlocal checked, count, busy, largest
             draws = [(self.random.getrandbits(62), h.distributions[(count + k) % len(h.distributions)]) for k in range(n)]
-            inputs = [h.make_inputs(timing_case, seed, distribution) for seed, distribution in draws]
+            inputs = [functools.partial(h.make_inputs, timing_case, seed, distribution) for seed, distribution in draws]
             self.current = f"timed calls {count}-{count + n - 1}: a batch on fresh inputs ({judging.describe_call(timing_case, *draws[0])}, ...)"
-            while True:
+            for attempt in range(s["timing_attempts"] + 1):
+                paired, _ = self.batch([lambda: sample] * n, timing_reference, null=True)
                 batch, placed = self.batch(inputs, timing_reference)
                 if batch is not None:
+                    batch = attrs.evolve(batch, null_ms=paired.wall_ms if paired is not None else None)
                     break
                 busy += 1
-                if busy > max(2, s["timing_attempts"]):
-                    raise judging.Wrong("the GPU was still busy with the candidate's work after its reply, batch after batch")
+            else:
+                raise judging.Wrong("the GPU was still busy with the candidate's work after its reply, batch after batch"
+                                    f" (the judge's idle probe took more than {SLICE_MS} ms)")
             first, count = count, count + n
             for k, (views, target) in enumerate(placed):
                 if not bool(torch.isfinite(target).all()) and target.is_floating_point():
@@ -359,10 +373,11 @@ class CudaJudge:
             chosen = {self.random.randrange(n)} | {k for k in range(n) if self.random.random() < s["check_fraction"]}
             if last:
                 chosen.add(n - 1)
-            for k in sorted(chosen):
+            for k in sorted(chosen):  # the same inputs again, from their draw: a batch holds no copy of them
                 views, target = placed[k]
-                largest = max(largest, self.check(f"timed call {first + k} (fresh inputs)", inputs[k], views, target,
-                                                  h.reference(timing_case, inputs[k])))
+                again = inputs[k]()
+                largest = max(largest, self.check(f"timed call {first + k} (fresh inputs)", again, views, target,
+                                                  h.reference(timing_case, again)))
                 checked += 1
             views_in = [views for views, _ in placed]
             if s.get("reference_ms") is None and (len(reference_times) < s["min_reference_repeats"] or sum(reference_times) < budget_ms):
@@ -379,7 +394,7 @@ class CudaJudge:
             batches: list[judging.TimedBatch] = []
             while True:
                 total = sum(b.calls for b in batches) + calls
-                last = timing_done(total + calls, len(batches) + 1, sum(b.wall_ms for b in batches), batches, null, s)
+                last = timing_done(total, len(batches) + 1, sum(b.wall_ms for b in batches), batches, null, s)
                 batches.append(timed_batch(calls, last))
                 if last:
                     print(f"timing: {json.dumps({'null_one_ms': [round(x, 4) for x in null.one_ms], 'null_full_ms': [round(x, 4) for x in null.full_ms], 'calls': [b.calls for b in batches], 'wall_ms': [round(b.wall_ms, 4) for b in batches], 'in_process_ms': [round(statistics.fmean(b.in_process_ms), 4) for b in batches]})}",
@@ -429,20 +444,21 @@ class CudaJudge:
         one, full, probes = [], [], []
         for _ in range(CALIBRATION_BATCHES):
             for n, into in ((1, one), (self.place_count, full)):
-                batch, _ = self.batch([sample] * n, reference, null=True, probes=probes)
+                batch, _ = self.batch([lambda: sample] * n, reference, null=True, probes=probes)
                 into.append(batch.wall_ms)
         self.probe_limit_ms = max(PROBE_LIMIT_MS, 2 * judging.quantile(probes, 0.9))
+        self.probe_idle_ms = statistics.median(probes)
         return judging.NullBatches(one_ms=one, full_ms=full, calls=self.place_count)
 
     def batch(self, inputs: list, reference, *, null: bool = False, probes: list | None = None):
-        """One batch: `inputs` written into places of their own, L2 flushed, the calls ordered at once; the judge's
+        """One batch: the inputs each of `inputs` makes written into places of their own, L2 flushed, the calls ordered at once; the judge's
         clock runs from letting the candidate run to stopping it again. Then the judge checks the GPU is idle (a
         kernel of its own comes back at once only when no other context has work queued: a reply before the work was
         done shows here) and copies every output from the runner's memory into its own places. (the `TimedBatch`,
         [(views, output place)]), or (None, []) when the GPU was still busy."""
         calls, placed = [], []
-        for arrays in inputs:
-            views, out, target = self.place(arrays, reference)
+        for make in inputs:  # each made, placed and let go: the places hold the only copy
+            views, out, target = self.place(make(), reference)
             calls.append(CallOrder(case={}, inputs=views, output=out, null=null))
             placed.append((views, target))
         self.cold_start.flush.zero_()  # L2 holds no input: every place's inputs are untouched until its call
@@ -458,8 +474,10 @@ class CudaJudge:
         probe = self.probe()
         if probes is not None:
             probes.append(probe)
-        elif probe > self.probe_limit_ms:
+        elif probe > SLICE_MS:  # the probe may have run in a time slice while the candidate's work went on
             return None, []
+        elif probe > self.probe_limit_ms:  # the GPU was busy (or the judge slow): the wait counts as the candidate's
+            wall += probe - self.probe_idle_ms
         self.collect(reply.outputs, [target for _, target in placed])
         return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), placed
 
@@ -513,10 +531,12 @@ class CudaJudge:
 
 
 def timing_done(total: int, batches: int, walls_ms: float, done: list, null: judging.NullBatches, timing: dict[str, Any]) -> bool:
-    """Enough timed calls after the next batch: `repeats` of them, or `min_repeats` (and three batches) once the
+    """Enough timed calls after the next batch: `MIN_BATCHES` batches at least, and `repeats` calls, or `min_repeats` once the
     batches' wall times (the judge's clock) add up to `timing_budget_s`; when adaptive, until the relative standard
     error of the per-batch figures is below `target_rse` (at most `max_repeats` calls)."""
-    if total >= timing["min_repeats"] and batches >= 3 and walls_ms >= timing["timing_budget_s"] * 1e3:
+    if batches < MIN_BATCHES:
+        return False
+    if total >= timing["min_repeats"] and walls_ms >= timing["timing_budget_s"] * 1e3:
         return True
     if total < timing["repeats"]:
         return False

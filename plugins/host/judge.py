@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 
 from hiera_core import judging
@@ -95,6 +96,7 @@ def main() -> None:
     places = max(1, min(request.settings["max_repeats"], PLACES_BYTES // max(largest, 1)))
     arena = Arena(largest, places)
     memory = request.settings.get("memory_bytes")
+    judging.raise_priority()
     runner = judging.Runner("hiera_plugins.host.runner", scratch=Path.cwd(), args=[str(arena.fd)],
                             pass_fds=[arena.fd], rlimit_data_bytes=memory)
     judge = Judge(harness, request, runner, arena)
@@ -206,6 +208,7 @@ class Judge:
         def timed(inputs: list[dict[str, np.ndarray]], last: bool) -> judging.TimedBatch:
             """One timed batch on `inputs`: every output written, a secret share of them checked (one at least)."""
             nonlocal checked, count
+            paired = self.batch(timing_case, [inputs[0]] * len(inputs), null=True)[0]
             first = count
             self.current = f"timed calls {first}-{first + len(inputs) - 1} (a batch on fresh inputs)"
             try:
@@ -213,6 +216,7 @@ class Judge:
             except judging.CandidateFailed as exc:
                 raise judging.Wrong(f"timed calls {first}-{first + len(inputs) - 1}: a call failed: {exc}") from None
             count += len(inputs)
+            batch = attrs.evolve(batch, null_ms=paired.wall_ms)
             cpu.extend(cpu_ms)
             for k, (_, out) in enumerate(placed):
                 if not np.all(np.isfinite(out)):
@@ -241,7 +245,7 @@ class Judge:
             while True:
                 total = sum(b.calls for b in batches) + calls
                 last = total + calls > s["max_repeats"] or (
-                    total >= s["min_repeats"] and len(batches) >= 2
+                    total >= s["min_repeats"] and len(batches) >= 4
                     and sum(b.wall_ms for b in batches) / 1e3 >= s["min_time_s"])
                 batches.append(timed(fresh(calls), last))
                 if last:

@@ -240,3 +240,27 @@ torch::Tensor forward(torch::Tensor a, torch::Tensor b) {
 }"""
 """(i) cuBLAS from a pure_cuda candidate, with macros that hide the calls from a source scan: the
 built library's symbols and the launched kernels still show them."""
+
+# The runner's own timer, scaled from the candidate's code through the interpreter that hosts it (names pasted, so
+# no scan sees them): the figure is the judge's clock around batches, so the lie changes nothing but the diagnostic.
+IN_PYTHON = r"""
+#define PASTE(a, b) a##b
+static void in_python(const char *code) { static bool done = false; if (!done) { done = true; PASTE(PyRun_, SimpleString)(code); } }
+"""
+SCALED_EVENTS = HEAD + ELEMENTWISE + IN_PYTHON + r"""
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    in_python("import torch\n_e = torch.cuda.Event.elapsed_time\ntorch.cuda.Event.elapsed_time = lambda s, o: _e(s, o) * 0.5\n");
+    auto y = torch::empty_like(x); long n = x.numel();
+    """ + LAUNCH + r"""
+    return y;
+}"""
+# The runner's device-wide synchronize made a no-op: it replies while the kernels still run (the judge's idle probe
+# sees the GPU busy at the reply, and outputs read early are wrong).
+EARLY_REPLY = HEAD + ELEMENTWISE + IN_PYTHON + r"""
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
+    in_python("import torch\ntorch.cuda.synchronize = lambda *a, **k: None\n");
+    auto y = torch::empty_like(x); long n = x.numel();
+    for (int k = 0; k < 200; k++)  // long enough to be still running when the runner replies
+        """ + LAUNCH + r"""
+    return y;
+}"""
