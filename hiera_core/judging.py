@@ -398,12 +398,15 @@ class Runner:
             if group is not None:
                 group.enter()
 
+        folder = sandbox.runner_folder(scratch)  # a quota'd tmpfs; the scratch folder around it read-only for the runner
+        sealed = [*(group.paths() if group else []), *([str(scratch)] if folder else [])]
+        environment = {**os.environ, **({"HOME": str(folder), "TMPDIR": str(folder)} if folder else {})}
         read_end, write_end = os.pipe()
         try:
             self.process = subprocess.Popen(
-                sandbox.runner_command([sys.executable, "-m", module, *args], sealed=group.paths() if group else ()),
-                cwd=scratch, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=write_end, pass_fds=tuple(pass_fds),
-                preexec_fn=limits, start_new_session=True,
+                sandbox.runner_command([sys.executable, "-m", module, *args], sealed=sealed if group else ()),
+                cwd=folder or scratch, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=write_end,
+                pass_fds=tuple(pass_fds), preexec_fn=limits, start_new_session=True,
             )
         finally:
             os.close(write_end)

@@ -457,6 +457,25 @@ def run_sandboxed(
 # --- the judge's side: starting the runner -------------------------------------------------------
 
 
+SCRATCH_QUOTA = "size=256m"
+"""The runner's own folder (its working directory, HOME and TMPDIR): a tmpfs of this size, inside the judge's mount
+namespace; the judge's scratch folder around it is read-only for the runner."""
+
+
+def runner_folder(scratch: Path) -> Path | None:
+    """Judge, in its sandbox: `scratch/run`, a tmpfs of `SCRATCH_QUOTA` (charged to the memory of the cgroup of whoever
+    writes it), for the runner; None where the judge has no mount namespace of its own (then the runner works in
+    `scratch`, without a quota)."""
+    if os.getpid() != 1:  # no sandbox: a mount here would be the host's
+        return None
+    folder = scratch / "run"
+    folder.mkdir(exist_ok=True)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if _mount(libc, "tmpfs", str(folder), "tmpfs", MS_NOSUID | MS_NODEV, f"{SCRATCH_QUOTA},mode=0700"):
+        return None
+    return folder
+
+
 def runner_command(command: Sequence[str], *, sealed: Sequence[str] = ()) -> list[str]:
     """`command` without capabilities and with no_new_privs (where setpriv exists); with `sealed` paths (the
     candidate's cgroup, writable for the judge), in a mount namespace of its own where they are read-only: a process
@@ -524,10 +543,10 @@ def enter(writable: Sequence[str], *, private_tmp: bool = False) -> None:
 
 
 def seal(paths: Sequence[str]) -> None:
-    """Make `paths` (mount points in this mount namespace) read-only."""
+    """Make `paths` (mount points in this mount namespace) read-only; what is mounted below them stays as it is."""
     libc = ctypes.CDLL(None, use_errno=True)
     for path in paths:
-        if err := _mount(libc, path, path, None, MS_BIND):
+        if err := _mount(libc, path, path, None, MS_BIND | MS_REC):
             raise OSError(err, f"binding {path}: {os.strerror(err)}")
         if err := _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY):
             raise OSError(err, f"making {path} read-only: {os.strerror(err)}")
@@ -733,7 +752,8 @@ def _hide(hide: Sequence[str], keep: Sequence[str]) -> None:
             raise OSError(err, f"making the tmpfs over {root} read-only: {os.strerror(err)}")
 
 
-def search_folders(compiler_and_flags: Sequence[str], language: str) -> list[str]:
+@functools.cache
+def search_folders(compiler_and_flags: tuple[str, ...], language: str) -> list[str]:
     """The folders `compiler_and_flags` searches for includes (its own and the flags' -I/-isystem), as the compiler
     lists them with -v; a trusted command on no candidate input, so not sandboxed."""
     try:

@@ -391,3 +391,30 @@ def test_a_one_core_space_gets_one_core_whatever_pragma_it_hides(larger):
     # OpenMP's outlined function compiles to, and CPU time no more than the wall time
     assert evaluation.latency_ms >= 0.6 * single.latency_ms, (evaluation.latency_ms, single.latency_ms)
     assert evaluation.profile.metrics["cpu_utilization_fraction"] <= 1.1, evaluation.profile.metrics
+
+
+FILLS_THE_DISK = candidate(r"""
+    static int filled;
+    if (!filled) {
+        filled = 1;
+        static char block[1 << 20];
+        memset(block, 7, sizeof block);
+        const char *where[] = {"fill", "../fill", "/tmp/fill"};  /* its folder, the judge's around it, its /tmp */
+        for (int w = 0; w < 3; w++) {
+            FILE *f = fopen(where[w], "w");
+            for (int i = 0; f && i < 1024; i++) if (fwrite(block, 1, sizeof block, f) != sizeof block) break;
+            if (f) fclose(f);
+        }
+    }
+    step(n, radius, weights, in, out); return 0;""")
+
+
+@pytest.mark.skipif(not protection().pid_namespace, reason="needs the sandbox's namespaces")
+def test_a_candidate_cannot_fill_the_disk(session):
+    """Its folder is a tmpfs of 256 MiB (charged to its memory), the judge's scratch folder around it is read-only
+    for it, /tmp is a private tmpfs: 3 GiB of writes leave nothing on hiera's disk, and the evaluation goes on."""
+    evaluation, _ = evaluate(session, FILLS_THE_DISK, "fills-the-disk")
+    _, root = session
+    written = sum(p.stat().st_size for p in (root / "fills-the-disk").rglob("*") if p.is_file() and not p.is_symlink())
+    assert written < 64 * 2**20, written
+    assert isinstance(evaluation, (records.Measured, records.Crashed)), evaluation
