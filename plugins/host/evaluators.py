@@ -3,16 +3,31 @@ profile: a judge process and the candidate's runner, in a sandbox)."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
+from pathlib import Path
 from typing import ClassVar
 
 import attrs
 
 from hiera_core import EvalJob, StagePassed
 from hiera_core.judging import StartedJudge, device_lock
-from hiera_core.records import CompileFailed, Evaluation, JudgeRequest, Judged, Measured, Profile
-from hiera_core.sandbox import run_sandboxed
+from hiera_core.records import CompileFailed, Evaluation, JudgeRequest, Judged, Measured, Profile, StaticRejected
+from hiera_core.sandbox import (
+    COMPILER_LOG_BYTES,
+    LISTING_MEMORY_BYTES,
+    SANDBOX_FAILED,
+    IsolatedResult,
+    dependency_problem,
+    describe_exit,
+    folder_bytes,
+    library_problem,
+    literal_include_problem,
+    located_outside,
+    run_sandboxed,
+    search_folders,
+)
 
 from hiera_plugins.host.architecture import cpu_cores
 
@@ -24,6 +39,10 @@ processes (an executor's workers are processes), the GPU lock's counterpart (`hi
 @attrs.frozen(kw_only=True)
 class HostCompileConfig:
     timeout_s: float = 60.0
+    memory_gib: float = 4.0
+    """The compiler's sandbox may use this much memory (cgroup, and RLIMIT_DATA on each of its processes)."""
+    library_mib: float = 256.0
+    """The largest library (and, four times this, the largest build folder) a candidate's build may leave."""
 
 
 class HostCompile:
@@ -39,17 +58,60 @@ class HostCompile:
         source = job.workdir / job.contract.source_filename
         for name, text in job.contract.files.items():
             (job.workdir / name).write_text(text)
-        library = job.workdir / "candidate.so"
-        command = [job.toolchain["cc"], *job.toolchain["cflags"], "-shared", "-fPIC", str(source), "-o", str(library)]
+        compiler = [job.toolchain["cc"], *job.toolchain["cflags"]]
+        allowed = [os.path.realpath(job.workdir), *search_folders(tuple(compiler), "c")]
         started = time.perf_counter()
-        done = run_sandboxed(command, cwd=job.workdir, timeout_s=self.config.timeout_s)
+        if rejected := self._includes(job, compiler, source, allowed):
+            return rejected
+        library = job.workdir / "candidate.so"
+        command = [*compiler, "-shared", "-fPIC", str(source), "-o", str(library)]
+        limit = int(self.config.library_mib * 2**20)
+        done = run_sandboxed(command, cwd=job.workdir, timeout_s=self.config.timeout_s, log_bytes=COMPILER_LOG_BYTES,
+                             memory_bytes=int(self.config.memory_gib * 2**30), file_bytes=limit, hide_outside=True)
+        _fault_of_hiera(done)
         if done.timed_out:
             return CompileFailed(log=f"compiler timed out after {self.config.timeout_s:.0f} s", compile_s=self.config.timeout_s)
         elapsed = time.perf_counter() - started
-        (job.workdir / "build.log").write_text(" ".join(command) + "\n" + done.stdout + done.stderr)
+        log = located_outside(done.stdout + done.stderr, base=job.workdir, allowed=allowed)
+        (job.workdir / "build.log").write_text(" ".join(command) + "\n" + log)
         if done.returncode != 0:
-            return CompileFailed(log=(done.stderr or done.stdout).strip()[-4000:], compile_s=elapsed)
+            ended = "" if done.returncode > 0 else f"\nthe compiler ended with {describe_exit(done.returncode)}"
+            return CompileFailed(log=(log.strip() + ended)[-4000:], compile_s=elapsed)
+        problem = library_problem(library, max_bytes=limit)
+        if problem is None and folder_bytes(job.workdir) > 4 * limit:
+            problem = f"the build left more than {4 * self.config.library_mib:.0f} MiB in its folder"
+        if problem:
+            return CompileFailed(log=problem, compile_s=elapsed)
         return StagePassed(job=attrs.evolve(job, artifacts={**job.artifacts, "library": str(library)}, compile_s=elapsed))
+
+    def _includes(self, job: EvalJob, compiler: list[str], source: Path, allowed: list[str]) -> Evaluation | None:
+        """The include graph, checked before the compile: a verdict when the source reaches a file it must not read."""
+        never = "; the source was not compiled"
+        if problem := literal_include_problem(job.candidate.source, base=job.workdir, allowed=allowed):
+            return StaticRejected(reason=problem + never)
+        listing = job.workdir / "includes.d"
+        listing.unlink(missing_ok=True)
+        timeout_s = min(30.0, self.config.timeout_s)
+        done = run_sandboxed([*compiler, "-M", "-MG", "-MF", str(listing), str(source)], cwd=job.workdir, timeout_s=timeout_s,
+                             memory_bytes=LISTING_MEMORY_BYTES, file_bytes=COMPILER_LOG_BYTES * 16,
+                             log_bytes=COMPILER_LOG_BYTES, hide_outside=True)
+        _fault_of_hiera(done)
+        if done.timed_out or (done.returncode or 0) < 0 or "out of memory" in done.stderr:
+            why = f"did not end within {timeout_s:.0f} s" if done.timed_out else "ran out of its memory or was killed"
+            return StaticRejected(reason=f"the preprocessor's listing of its includes {why}: an include of an endless"
+                                         f" file (a device, a FIFO, /proc){never}")
+        if done.returncode != 0:
+            log = located_outside(done.stdout + done.stderr, base=job.workdir, allowed=allowed)
+            return CompileFailed(log=log.strip()[-4000:], compile_s=0.0)
+        if problem := dependency_problem(listing.read_text(errors="replace"), base=job.workdir, allowed=allowed):
+            return StaticRejected(reason=problem + never)
+        return None
+
+
+def _fault_of_hiera(done: IsolatedResult) -> None:
+    """A sandbox that could not start its command is the machine's fault, never the candidate's."""
+    if done.returncode == SANDBOX_FAILED and "hiera sandbox:" in done.stderr:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1])
 
 
 RUNNER_ENVIRONMENT = {"OMP_WAIT_POLICY": "passive", "OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
