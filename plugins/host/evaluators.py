@@ -18,6 +18,7 @@ from hiera_core.sandbox import (
     COMPILER_LOG_BYTES,
     LISTING_MEMORY_BYTES,
     SANDBOX_FAILED,
+    CandidateLimits,
     IsolatedResult,
     dependency_problem,
     describe_exit,
@@ -29,7 +30,7 @@ from hiera_core.sandbox import (
     search_folders,
 )
 
-from hiera_plugins.host.architecture import cpu_cores
+from hiera_plugins.host.architecture import candidate_cores, cpu_cores
 
 TIMING_LOCK = "host-cpu"
 """One candidate is timed at a time on this machine, whatever the executor's concurrency: a lock across threads and
@@ -139,8 +140,14 @@ class HostRunConfig:
     memory_gib: float = 8.0
     """The candidate's sandbox may use this much memory (judge included)."""
     timing_attempts: int = 3
-    """Series of timed calls before the candidate is rejected because the judge's clock contradicts its timer: a
-    load that began after the calibration can make an honest series look so (`judging.bounded_series`)."""
+    """Series of timed batches before the candidate is rejected because its own timer contradicts the judge's clock:
+    a load that began beside an honest runner can make one series disagree (`judging.timed_series`)."""
+    timer_tolerance: float = 0.05
+    timer_tolerance_ms: float = 0.05
+    """How far the runner's own timer may be from the judge's figure (a share of it, plus milliseconds): the figure
+    is the judge's; a timer further off says the candidate's process is not what it claims."""
+    candidate_pids: int = 64
+    """Processes and threads the candidate's processes may have, all together (the runner's interpreter included)."""
     busy_cores: float = 0.25
     """Other processes using this many of the machine's cores on average while a candidate is timed: its figure is
     marked as disturbed (`Measured.disturbed`), in the report and in the prompts."""
@@ -162,11 +169,14 @@ class HostRun:
         request = JudgeRequest(
             workload_factory=job.workload_factory, workload_config=job.workload_config, task=job.task,
             remeasure=job.remeasure,
-            settings={**attrs.asdict(self.config), "memory_bytes": memory, "reference_ms": job.reference_ms},
+            settings={**attrs.asdict(self.config), "memory_bytes": memory, "reference_ms": job.reference_ms,
+                      "candidate_cores": candidate_cores(job.space_rank)},
         )
+        limits = CandidateLimits(cores=candidate_cores(job.space_rank), pids=self.config.candidate_pids)
         return StartedJudge("hiera_plugins.host.judge", request, workdir=job.workdir, timeout_s=self.config.timeout_s,
                             measured=self._measured, memory_bytes=memory, device_lock=device_lock(TIMING_LOCK),
-                            env_extra=RUNNER_ENVIRONMENT)
+                            env_extra={**RUNNER_ENVIRONMENT, "OMP_NUM_THREADS": str(candidate_cores(job.space_rank))},
+                            candidate=limits)
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
         return self.start(job).evaluate(job)
