@@ -132,26 +132,43 @@ def test_without_the_contract_the_candidate_writes_the_binding():
     assert open_contract.id != contract.id
 
 
-def test_adaptive_timing_stops_when_the_mean_is_known_well_enough():
-    from hiera_plugins.cuda.judge import timing_done
+def _batches(per_call_ms: list[float], calls: int = 10) -> list:
+    from hiera_core.judging import TimedBatch
 
-    fixed = {"repeats": 10, "adaptive": False, "target_rse": 0.005, "max_repeats": 50, "min_repeats": 3, "timing_budget_s": 2.0}
+    return [TimedBatch(calls=calls, wall_ms=1.0 + calls * t, in_process_ms=[t] * calls) for t in per_call_ms]
+
+
+def test_adaptive_timing_stops_when_the_mean_is_known_well_enough():
+    from hiera_core.judging import NullBatches
+    from hiera_plugins.cuda.judge import MIN_BATCHES, timing_done
+
+    null = NullBatches(one_ms=[1.0], full_ms=[1.0], calls=10)  # 1 ms of protocol a batch
+    fixed = {"repeats": 100, "adaptive": False, "target_rse": 0.005, "max_repeats": 500, "min_repeats": 3, "timing_budget_s": 2.0}
     adaptive = {**fixed, "adaptive": True}
-    steady, noisy = [1.0, 1.001] * 5, [1.0, 2.0] * 5
-    done = lambda times, timing: timing_done(times, [t + 1.0 for t in times], timing)  # noqa: E731 -- 1 ms of protocol a call
-    assert not done(steady[:9], fixed) and done(steady, fixed) and done(noisy, fixed)
+    steady, noisy = _batches([1.0, 1.001] * 5), _batches([1.0, 2.0] * 5)
+
+    def done(batches, timing):
+        return timing_done(10 * len(batches), len(batches), sum(b.wall_ms for b in batches), batches, null, timing)
+
+    assert not done(steady[:9], fixed) and done(steady, fixed) and done(noisy, fixed)  # 100 calls
     assert done(steady, adaptive) and not done(noisy, adaptive)
-    assert done([1.0, 2.0] * 25, adaptive)  # max_repeats
+    assert done(_batches([1.0, 2.0] * 25), adaptive)  # max_repeats
+    assert not done(steady[: MIN_BATCHES - 1], {**fixed, "repeats": 10})  # never fewer batches than MIN_BATCHES
 
 
 def test_slow_calls_are_timed_until_the_budget_by_the_judges_clock():
+    from hiera_core.judging import NullBatches
     from hiera_plugins.cuda.judge import timing_done
 
+    null = NullBatches(one_ms=[1.0], full_ms=[1.0], calls=2)
     timing = {"repeats": 100, "adaptive": False, "target_rse": 0.005, "max_repeats": 1000, "min_repeats": 10, "timing_budget_s": 2.0}
-    slow = [120.0] * 17  # stencil2d's conv2d baseline: 2.04 s in 17 calls
-    assert timing_done(slow, slow, timing) and not timing_done(slow[:16], slow[:16], timing)
-    assert not timing_done([300.0] * 9, [300.0] * 9, timing)  # never fewer than min_repeats
-    assert timing_done([0.001] * 17, slow, timing) and not timing_done(slow, [0.001] * 17, timing)
+    slow = _batches([120.0] * 9, calls=2)  # stencil2d's conv2d baseline: 2.17 s in 18 calls, two a batch
+
+    def done(batches):
+        return timing_done(2 * len(batches), len(batches), sum(b.wall_ms for b in batches), batches, null, timing)
+
+    assert done(slow) and not done(slow[:8])  # the budget is the judge's clock: 1.93 s after 8 batches
+    assert not done(_batches([300.0] * 4, calls=2))  # never fewer than min_repeats calls
 
 
 def test_calls_rotate_over_places_of_their_own_within_a_memory_cap():

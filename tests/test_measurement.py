@@ -199,14 +199,17 @@ def test_a_finalist_wrong_on_fresh_inputs_is_out_and_the_next_one_wins_and_with_
 
 
 SLOW_CC = r'''#!{python}
-"""A C compiler that first waits (up to 20 s) until the candidate's judge has started its runner (whose log the
-judge opens in its scratch folder), notes whether it did, then compiles, or fails where the source says so."""
+"""A C compiler that first waits (up to 20 s) until the candidate's judge has started its runner (whose folder the
+judge makes in its scratch folder), notes whether it did, then compiles, or fails where the source says so. The
+include listing before the build (no -o) it leaves to the real compiler."""
 import pathlib, subprocess, sys, time
+if "-o" not in sys.argv:
+    sys.exit(subprocess.call(["cc", *sys.argv[1:]]))
 out = pathlib.Path(sys.argv[sys.argv.index("-o") + 1])
 deadline = time.time() + 20
-while not (out.parent / "scratch" / "runner.log").exists() and time.time() < deadline:
+while not (out.parent / "scratch" / "run").exists() and time.time() < deadline:
     time.sleep(0.1)
-(out.parent / "judge-seen-while-compiling").write_text(str((out.parent / "scratch" / "runner.log").exists()))
+(out.parent / "judge-seen-while-compiling").write_text(str((out.parent / "scratch" / "run").exists()))
 if "BREAK_THE_BUILD" in pathlib.Path(sys.argv[-3]).read_text():
     sys.exit("slow-cc: broken on purpose")
 sys.exit(subprocess.call(["cc", *sys.argv[1:]]))

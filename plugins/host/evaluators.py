@@ -129,10 +129,11 @@ class HostRunConfig:
     call_timeout_s: float = 20.0
     """One call of the candidate longer than this: timed out."""
     min_repeats: int = 5
-    max_repeats: int = 50
+    max_repeats: int = 400
+    """Timed calls in all; a batch has at most a quarter of them (and as many as keep the protocol's cost to 1%)."""
     min_time_s: float = 0.3
-    """Timed calls continue until both `min_repeats` and this much time in the timed calls themselves (the judge's
-    clock around each) are reached, or `max_repeats`; the judge's own work between them (fresh inputs, checks)
+    """Timed batches (four at least) continue until both `min_repeats` calls and this much time in the batches (the
+    judge's clock around each) are reached, or `max_repeats`; the judge's own work between them (fresh inputs, checks)
     does not count."""
     reference_repeats: int = 3
     check_fraction: float = 0.1
