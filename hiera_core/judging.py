@@ -542,6 +542,10 @@ class NullBatches:
             return 0.0
         return max(0.0, (statistics.median(self.full_ms) - statistics.median(self.one_ms)) / (self.calls - 1))
 
+    def noise_ms(self) -> float:
+        """How much a null batch's time wanders (p90 − p10), per call of a full batch: the judge's own noise a call."""
+        return (quantile(self.full_ms, 0.9) - quantile(self.full_ms, 0.1)) / max(1, self.calls)
+
     def cost_ms(self, calls: int, paired_ms: float | None = None) -> float:
         """What a null batch of `calls` calls costs: the fixed part and the part per call; with `paired_ms` (a null
         batch of as many calls just before a timed one, run by a runner that holds the candidate), the smaller of the
@@ -586,7 +590,8 @@ def timing_verdict(batches: Sequence[TimedBatch], null: NullBatches, *, toleranc
                    tolerance_ms: float) -> TimingVerdict:
     """A call's latency: per batch, the judge's milliseconds less a null batch's of as many calls, divided by the
     calls; the median over batches. The runner's own timer is a diagnostic: its median per call must lie within
-    `tolerance_fraction` of the figure (plus `tolerance_ms`), or the series contradicts the judge's clock."""
+    `tolerance_fraction` of the figure plus `tolerance_ms` (or the judge's own noise a call, `NullBatches.noise_ms`,
+    where that is larger: agreement is never asked to be tighter than the clock), or the series contradicts it."""
     if not batches:
         return TimingVerdict(latency_ms=math.nan, latency_p10_ms=math.nan, latency_p90_ms=math.nan, consistent=False,
                              reason="no timed batch")
@@ -602,7 +607,7 @@ def timing_verdict(batches: Sequence[TimedBatch], null: NullBatches, *, toleranc
     if not figure > 0:
         return TimingVerdict(**verdict, consistent=False,
                              reason=f"the judge's clock saw no time in the calls beyond the protocol's own: {description}")
-    allowed = tolerance_fraction * figure + tolerance_ms
+    allowed = tolerance_fraction * figure + max(tolerance_ms, null.noise_ms())
     if not abs(claim - figure) <= allowed:
         return TimingVerdict(**verdict, consistent=False,
                              reason=f"the in-process timer contradicts the judge's clock: {description}"
