@@ -369,7 +369,10 @@ def test_a_candidate_that_halves_the_runner_s_timer_gains_nothing(larger):
         assert "contradicts the judge's clock" in evaluation.reason
     else:
         assert isinstance(evaluation, records.Measured), evaluation
-        assert evaluation.latency_ms >= 0.9 * control.latency_ms, (evaluation.latency_ms, control.latency_ms)
+        # the figure is the judge's: twice what the halved timer said, not the lie (and evaluations of the same loop
+        # on this 2-core machine differ by up to ~20%, so against the control only a wide margin holds)
+        assert evaluation.latency_ms >= 1.6 * evaluation.profile.metrics["in_process_ms"], evaluation.timing_bound
+        assert evaluation.latency_ms >= 0.7 * control.latency_ms, (evaluation.latency_ms, control.latency_ms)
 
 
 def test_a_worker_computing_after_the_call_returned_gains_nothing(larger):
