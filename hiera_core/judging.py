@@ -64,8 +64,6 @@ from hiera_core.serialization import from_dict, to_dict
 
 READY = "hiera-judge-ready"
 """The line a judge prints once it has prepared everything that needs no device; it then waits for `go`."""
-RUNNER_LOG = "runner.log"
-"""The runner's stderr (the candidate's prints among it), in the judge's scratch directory."""
 STDERR_TAIL_LINES = 20
 STDERR_TAIL_CHARS = 2000
 """How much of a crashed candidate's stderr its `Crashed` record keeps: lines, and characters in all."""
