@@ -474,8 +474,9 @@ class Engine:
             todo = [c for c in finalists[shift:] + finalists[:shift] if (c.id, pass_index) not in done and not out(c)]
             queued += [(pass_index, self._job(c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0],
                                               times_reference=i == 0)) for i, c in enumerate(todo)]
-        jobs = self.session.executor.run([job for _, job in queued], self.session.pipeline)
-        for (pass_index, _), (job, evaluated) in zip(queued, jobs):
+        pass_of = {job.workdir: pass_index for pass_index, job in queued}  # an executor yields in any order
+        for job, evaluated in self.session.executor.run([job for _, job in queued], self.session.pipeline):
+            pass_index = pass_of[job.workdir]
             write_files(job.workdir, evaluated.files)
             event = records.Remeasured(candidate_id=job.candidate.id, pass_index=pass_index, evaluation=evaluated.evaluation,
                                        wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s,

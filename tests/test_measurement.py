@@ -9,12 +9,13 @@ import sys
 import types
 from pathlib import Path
 
+import attrs
 import pytest
 
 from hiera_core import hookimpl, records
 from hiera_core.agents.feedback import profile_summary
 from hiera_core.config import load_config
-from hiera_core.engine import Engine, beats, evaluate_source, standing
+from hiera_core.engine import Engine, beats, create_run, evaluate_source, standing
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.session import Session
 from hiera_core.store import RunStore
@@ -52,6 +53,49 @@ def test_a_finalist_is_out_when_any_of_its_remeasurements_is_not_valid():
 
 def hiera(*args, cwd):
     return subprocess.run([sys.executable, "-m", "hiera_core.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+@attrs.frozen
+class NoConfig:
+    pass
+
+
+class ReversedExecutor:
+    """Evaluates a batch one at a time and yields the results last first, as an executor that finishes out of
+    order may; keeps what it produced for each job's folder."""
+
+    name = "reversed"
+    config_class = NoConfig
+    produced: dict[Path, records.Evaluation] = {}
+
+    def __init__(self, config):
+        pass
+
+    def run(self, jobs, pipeline):
+        done = [(job, pipeline.evaluate(job)) for job in jobs]
+        for job, evaluated in reversed(done):
+            self.produced[job.workdir] = evaluated.evaluation
+            yield job, evaluated
+
+
+class ReversedPlugin:
+    @hookimpl
+    def hiera_register_executors(self):
+        return [ReversedExecutor]
+
+
+def test_each_remeasurement_is_recorded_for_its_own_job_whatever_order_the_executor_yields_in(tmp_path):
+    config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 1, "population": 2},
+                         overrides=["workload.stencil2d.host_n=48", "run.baselines=false", "run.finalists=2",
+                                    "run.remeasure_passes=2", 'run.executor="reversed"'])
+    session = Session.create(config, make_plugin_manager(extra_plugins=[ReversedPlugin()]))
+    store = create_run(session, tmp_path / "run")
+    Engine(session, store).optimize()
+    remeasured = [e for e in RunStore.open(tmp_path / "run").events if isinstance(e, records.Remeasured)]
+    assert len(remeasured) == 4
+    for event in remeasured:
+        workdir = tmp_path / "run" / "candidates" / event.candidate_id / f"remeasure-{event.pass_index}"
+        assert event.evaluation == ReversedExecutor.produced[workdir]
 
 
 def test_the_winner_and_its_figure_come_from_interleaved_remeasurements_and_a_resume_redoes_none(tmp_path):
