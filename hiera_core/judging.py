@@ -45,6 +45,7 @@ import attrs
 from hiera_core import sandbox
 from hiera_core.config import structure
 from hiera_core.records import (
+    BatchOrder,
     CallDone,
     CallFailed,
     Crashed,
@@ -56,7 +57,9 @@ from hiera_core.records import (
     Ready,
     LoadOrder,
     Order,
+    Prepared,
     Reply,
+    StartBatch,
     Task,
     TimedOut,
 )
@@ -423,24 +426,39 @@ class Runner:
             self.process.stdin.flush()
         except BrokenPipeError:
             raise self._gone("before the order") from None
-        reply = self._reply(timeout_s)
+        text = self._line(timeout_s)
         self._pause()
-        return reply, (time.perf_counter() - started) * 1e3
+        wall_ms = (time.perf_counter() - started) * 1e3
+        return self._parsed(text), wall_ms  # the judge's own parsing is not the candidate's time
+
+    def batch(self, order: BatchOrder, write: Callable[[], None], *, timeout_s: float) -> tuple[Reply, float]:
+        """One batch: `order` prepared by the runner outside the clock, then `write` (the judge writes the batch's
+        inputs while the candidate is stopped, so none of them exists before its clock starts), then `StartBatch`
+        timed. The reply to `StartBatch`, and the judge's milliseconds around it."""
+        prepared, _ = self.ask(order, timeout_s=timeout_s)
+        if not isinstance(prepared, Prepared):
+            raise RunnerGone(f"the runner answered {type(prepared).__name__} to a batch of {len(order.calls)} calls")
+        write()
+        return self.ask(StartBatch(), timeout_s=timeout_s)
 
     def started(self, *, timeout_s: float) -> None:
         """Wait for the runner's `Ready`, so that its start-up (imports, device context) is over before the
         judge says READY and is given the device."""
-        reply = self._reply(timeout_s)
+        reply = self._parsed(self._line(timeout_s))
         if not isinstance(reply, Ready):
             raise RunnerGone(f"the runner began with {type(reply).__name__}, not Ready")
         self._pause()
 
-    def _reply(self, timeout_s: float) -> Reply:
+    def _line(self, timeout_s: float) -> bytes:
         if not self.selector.select(timeout_s):
             raise RunnerGone(f"no reply within {timeout_s:.0f} s", timed_out=True)
         text = self.process.stdout.readline(REPLY_CHARS)
         if not text:
             raise self._gone("without a reply")
+        return text
+
+    @staticmethod
+    def _parsed(text: bytes) -> Reply:
         try:
             return from_dict(json.loads(text), Reply)
         except Exception:  # noqa: BLE001 -- whatever the candidate wrote, it is not a reply

@@ -656,18 +656,25 @@ class AttachOrder:
 
 @attrs.frozen(kw_only=True)
 class BatchOrder:
-    """Call the candidate once per entry of `calls`, back to back, each on its own place's inputs (all written by the
-    judge before the order, never seen before), with no wait between calls; reply when all are done. The judge's
-    clock around the whole order is the figure (`hiera_core.judging.batch_figure`). Each output stays where the
-    candidate put it: on a GPU the reply says where (`BatchDone.outputs`) and the judge reads it itself; on the host
-    it is written into the entry's output place. `null` calls nothing: the judge calibrates the protocol's own cost
-    with null batches before the candidate is loaded."""
+    """The next batch: one call of the candidate per entry of `calls`, each on its own place's inputs. The runner only
+    prepares it (the views of every place, its timers) and answers `Prepared`, outside the judge's clock and before the
+    judge writes the inputs, so nothing of this batch's data is there yet; `StartBatch` runs it. `null` calls nothing:
+    the judge calibrates the protocol's own cost with null batches before the candidate is loaded."""
 
     calls: list[CallOrder]
     null: bool = False
 
 
-Order = AttachOrder | LoadOrder | CallOrder | BatchOrder
+@attrs.frozen(kw_only=True)
+class StartBatch:
+    """Run the prepared batch: the calls back to back, with no wait between them (their inputs, written by the judge
+    while the candidate was stopped, never seen before); reply when all are done. The judge's clock around this order
+    is the figure (`hiera_core.judging.timing_verdict`). Each output stays where the candidate put it: on a GPU the
+    reply says where (`BatchDone.outputs`) and the judge reads it itself; on the host it is written into the call's
+    output place."""
+
+
+Order = AttachOrder | LoadOrder | CallOrder | BatchOrder | StartBatch
 
 
 @attrs.frozen(kw_only=True)
@@ -678,6 +685,11 @@ class Ready:
 @attrs.frozen(kw_only=True)
 class Loaded:
     pass
+
+
+@attrs.frozen(kw_only=True)
+class Prepared:
+    """The runner holds the `BatchOrder`'s calls, ready to run them at `StartBatch`."""
 
 
 @attrs.frozen(kw_only=True)
@@ -720,4 +732,4 @@ class BatchDone:
     """On the host, the CPU time of the runner's process in each call (a planning signal, a claim)."""
 
 
-Reply = Ready | Loaded | CallDone | CallFailed | BatchDone
+Reply = Ready | Loaded | Prepared | CallDone | CallFailed | BatchDone

@@ -103,7 +103,7 @@ def test_a_lie_to_the_runner_s_timer_or_an_early_reply_gains_nothing(tmp_path):
     session = _session(tmp_path, "scale-add", "evaluator.cuda-profile.enabled=false")
     outcomes = _evaluate_all(session, [("seed", "pure_cuda", SEEDS["scale-add"]), ("scaled-events", "pure_cuda", SCALED_EVENTS),
                                        ("early-reply", "pure_cuda", EARLY_REPLY),
-                                       ("same-work-honest", "pure_cuda", EARLY_REPLY.replace("in_python(", "(void)("))], tmp_path)
+                                       ("same-work-honest", "pure_cuda", EARLY_REPLY.replace("    in_python(", "    (void)("))], tmp_path)
     print({name: f"{type(e).__name__}: {getattr(e, 'latency_ms', '')} {getattr(e, 'timing_bound', '') or getattr(e, 'reason', '') or getattr(e, 'log', '')[:300]}"
            for name, e in outcomes.items()})
     assert isinstance(outcomes["seed"], records.Measured) and isinstance(outcomes["same-work-honest"], records.Measured)

@@ -224,19 +224,31 @@ class CudaJudge:
         if not isinstance(reply, Loaded):
             raise judging.RunnerGone(f"the runner could not open the judge's buffers: {reply}")
 
-    def place(self, inputs: list[torch.Tensor], reference: torch.Tensor) -> tuple[dict[str, BufferView], BufferView, torch.Tensor]:
-        """Write `inputs` into the next place, fill its output with NaN (-1 for integers)."""
+    def layout(self, inputs: list[torch.Tensor], reference: torch.Tensor) -> tuple[dict[str, BufferView], BufferView]:
+        """Where the next place holds inputs shaped as `inputs` and an output shaped as `reference`; nothing written."""
         k = self.place_index
         self.place_index = (k + 1) % self.place_count
         views, offset = {}, k * self.in_stride
         for i, tensor in enumerate(inputs):
-            view = BufferView(offset_bytes=offset, shape=list(tensor.shape), dtype=str(tensor.dtype)[6:])
-            self._array(self.inputs_arena, view).copy_(tensor)
-            views[str(i)] = view
+            views[str(i)] = BufferView(offset_bytes=offset, shape=list(tensor.shape), dtype=str(tensor.dtype)[6:])
             offset = _aligned(offset + tensor.numel() * tensor.element_size())
-        out = BufferView(offset_bytes=k * self.out_stride, shape=list(reference.shape), dtype=str(self.out_dtype)[6:])
+        return views, BufferView(offset_bytes=k * self.out_stride, shape=list(reference.shape), dtype=str(self.out_dtype)[6:])
+
+    def write(self, inputs: list[torch.Tensor], views: dict[str, BufferView], out: BufferView) -> torch.Tensor:
+        """Write `inputs` where `views` say, fill the output `out` with NaN (-1 for integers); the output's place."""
+        for i, tensor in enumerate(inputs):
+            view = views[str(i)]
+            if list(tensor.shape) != view.shape or str(tensor.dtype)[6:] != view.dtype:
+                raise RuntimeError(f"input {i} is {tensor.dtype} {list(tensor.shape)}, its place was laid out for {view}")
+            self._array(self.inputs_arena, view).copy_(tensor)
         target = self._array(self.output_arena, out)
         target.fill_(float("nan")) if target.is_floating_point() else target.fill_(-1)
+        return target
+
+    def place(self, inputs: list[torch.Tensor], reference: torch.Tensor) -> tuple[dict[str, BufferView], BufferView, torch.Tensor]:
+        """Write `inputs` into the next place, fill its output with NaN (-1 for integers)."""
+        views, out = self.layout(inputs, reference)
+        target = self.write(inputs, views, out)
         torch.cuda.synchronize()
         return views, out, target
 
@@ -456,17 +468,21 @@ class CudaJudge:
         kernel of its own comes back at once only when no other context has work queued: a reply before the work was
         done shows here) and copies every output from the runner's memory into its own places. (the `TimedBatch`,
         [(views, output place)]), or (None, []) when the GPU was still busy."""
-        calls, placed = [], []
-        for make in inputs:  # each made, placed and let go: the places hold the only copy
-            views, out, target = self.place(make(), reference)
-            calls.append(CallOrder(case={}, inputs=views, output=out, null=null))
-            placed.append((views, target))
-        self.cold_start.flush.zero_()  # L2 holds no input: every place's inputs are untouched until its call
-        torch.cuda.synchronize()
-        try:
-            reply, wall = self.runner.ask(BatchOrder(calls=calls, null=null), timeout_s=self.timeout_s * len(calls))
-        except judging.RunnerGone:
-            raise
+        first = inputs[0]()  # the shapes of every call's inputs (one timing case)
+        layouts = [self.layout(first, reference) for _ in inputs]
+        calls = [CallOrder(case={}, inputs=views, output=out, null=null) for views, out in layouts]
+        placed = []
+
+        def write() -> None:  # each made, placed and let go: the places hold the only copy
+            if probes is None and not self.idle():
+                raise judging.Wrong("the candidate's process left work on the GPU while its batch was being prepared"
+                                    " (before its inputs existed): that work would run outside the judge's clock")
+            for k, (make, (views, out)) in enumerate(zip(inputs, layouts, strict=True)):
+                placed.append((views, self.write(first if k == 0 else make(), views, out)))
+            self.cold_start.flush.zero_()  # L2 holds no input: every place's inputs are untouched until its call
+            torch.cuda.synchronize()
+
+        reply, wall = self.runner.batch(BatchOrder(calls=calls, null=null), write, timeout_s=self.timeout_s * len(calls))
         if isinstance(reply, CallFailed):
             raise (Failed(reply.reason) if reply.raised else judging.Wrong(reply.reason))
         if not isinstance(reply, BatchDone) or len(reply.in_process_ms) != len(calls) or len(reply.outputs) != len(calls):
@@ -480,6 +496,11 @@ class CudaJudge:
             wall += probe - self.probe_idle_ms
         self.collect(reply.outputs, [target for _, target in placed])
         return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), placed
+
+    def idle(self) -> bool:
+        """Whether the GPU runs nothing but the judge's work: one of three idle probes within the limit (a resident
+        kernel of another context slows every probe; a hiccup of the judge's own, one)."""
+        return any(self.probe() <= self.probe_limit_ms for _ in range(3))
 
     def probe(self) -> float:
         torch.cuda.synchronize()

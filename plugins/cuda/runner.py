@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from hiera_core import judging
 from hiera_core.records import (
     AttachOrder, BatchDone, BatchOrder, BufferView, CallDone, CallFailed, CallOrder, DeviceOutput, LoadOrder, Loaded,
-    Order, Reply, Task,
+    Order, Prepared, Reply, StartBatch, Task,
 )
 from hiera_core.serialization import from_dict
 from hiera_plugins.cuda import ipc
@@ -130,24 +130,33 @@ class Runner:
         self.kept: collections.deque[torch.Tensor] = collections.deque(maxlen=0)
         self.batch_outputs: list[torch.Tensor] = []
         self.null_outputs: dict[tuple, list[torch.Tensor]] = {}
+        self.prepared = None
 
-    def batch(self, order: BatchOrder) -> Reply:
-        """The calls of `order` back to back on the current stream, each on its place's inputs, with no wait between
-        them; one device-wide synchronize at the end; then where each output lies. The outputs stay alive until the
-        next batch: the judge reads them while this process is stopped."""
+    def prepare(self, order: BatchOrder) -> Reply:
+        """Hold `order`'s calls ready (each place's input views, its timers; for a null batch its outputs), outside the
+        judge's clock: the judge writes the inputs only after this reply, while this process is stopped."""
         self.batch_outputs = []
         calls = [([view(self.inputs_arena, c.inputs[str(i)]) for i in range(len(c.inputs))], c.output) for c in order.calls]
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in calls]
+        nulls = None
         if order.null:  # distinct allocations, as a candidate's outputs are, so exporting them costs the same
             first = calls[0][1]
             key = (tuple(first.shape), first.dtype, len(calls))
             nulls = self.null_outputs.setdefault(key, [torch.empty(first.shape, dtype=getattr(torch, first.dtype), device="cuda")
                                                        for _ in calls])
+        self.prepared = calls, events, nulls
+        return Prepared()
+
+    def batch(self) -> Reply:
+        """The prepared calls back to back on the current stream, each on its place's inputs, with no wait between
+        them; one device-wide synchronize at the end; then where each output lies. The outputs stay alive until the
+        next batch: the judge reads them while this process is stopped."""
+        (calls, events, nulls), self.prepared = self.prepared, None
         torch.cuda.synchronize()
         outs = []
         for k, ((inputs, _), (start, end)) in enumerate(zip(calls, events)):
             start.record()
-            out = nulls[k] if order.null else self.fn(*inputs)
+            out = nulls[k] if nulls is not None else self.fn(*inputs)
             if type(out) is torch.Tensor and not out.is_contiguous():
                 out = out.contiguous()  # part of the call: the judge reads contiguous bytes
             end.record()
@@ -177,7 +186,9 @@ class Runner:
             self.fn = seeded(getattr(module, harness.entry), getattr(harness, "call_seed", None))
             return Loaded()
         if isinstance(order, BatchOrder):
-            return self.batch(order)
+            return self.prepare(order)
+        if isinstance(order, StartBatch):
+            return self.batch()
         assert isinstance(order, CallOrder)
         self.batch_outputs = []
         inputs = [view(self.inputs_arena, order.inputs[str(i)]) for i in range(len(order.inputs))]

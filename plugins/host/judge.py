@@ -58,17 +58,21 @@ class Arena:
         fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         self.map = mmap.mmap(self.fd, size)
 
-    def place(self, inputs: dict[str, np.ndarray], output: np.ndarray, place: int = 0) -> tuple[dict[str, BufferView], BufferView]:
+    def layout(self, inputs: dict[str, np.ndarray], output: np.ndarray, place: int = 0) -> tuple[dict[str, BufferView], BufferView]:
+        """Where `inputs` and `output` lie in place `place`; nothing written."""
         views, offset = {}, place * self.stride
         for name, array in inputs.items():
-            views[name] = self._write(offset, array)
+            views[name] = BufferView(offset_bytes=offset, shape=list(array.shape), dtype=array.dtype.str)
             offset = _aligned(offset + array.nbytes)
-        poisoned = np.full(output.shape, np.nan, dtype=output.dtype)
-        return views, self._write(offset, poisoned)
+        return views, BufferView(offset_bytes=offset, shape=list(output.shape), dtype=output.dtype.str)
 
-    def _write(self, offset: int, array: np.ndarray) -> BufferView:
-        self.array(BufferView(offset_bytes=offset, shape=list(array.shape), dtype=array.dtype.str))[...] = array
-        return BufferView(offset_bytes=offset, shape=list(array.shape), dtype=array.dtype.str)
+    def place(self, inputs: dict[str, np.ndarray], output: np.ndarray, place: int = 0) -> tuple[dict[str, BufferView], BufferView]:
+        """Write `inputs` into place `place` and fill its output with NaN; where they lie."""
+        views, out = self.layout(inputs, output, place)
+        for name, array in inputs.items():
+            self.array(views[name])[...] = array
+        self.array(out)[...] = np.nan
+        return views, out
 
     def array(self, view: BufferView) -> np.ndarray:
         count = int(np.prod(view.shape, dtype=np.int64))
@@ -138,10 +142,15 @@ class Judge:
         `TimedBatch`, the runner's CPU milliseconds per call, and each call's (views, output array)."""
         calls, placed = [], []
         for k, arrays in enumerate(inputs):
-            views, out = self.arena.place(arrays, self.harness.output(case), place=k)
+            views, out = self.arena.layout(arrays, self.harness.output(case), place=k)
             calls.append(CallOrder(case=case, inputs=views, output=out, null=null))
             placed.append((views, self.arena.array(out)))
-        reply, wall = self.runner.ask(BatchOrder(calls=calls, null=null), timeout_s=self.timeout_s * len(calls))
+
+        def write() -> None:
+            for k, arrays in enumerate(inputs):
+                self.arena.place(arrays, self.harness.output(case), place=k)
+
+        reply, wall = self.runner.batch(BatchOrder(calls=calls, null=null), write, timeout_s=self.timeout_s * len(calls))
         if isinstance(reply, CallFailed):
             raise judging.CandidateFailed(reply.reason, raised=reply.raised)
         if not isinstance(reply, BatchDone) or len(reply.in_process_ms) != len(calls):

@@ -12,7 +12,9 @@ import sys
 import numpy as np
 
 from hiera_core import judging
-from hiera_core.records import BatchDone, BatchOrder, BufferView, CallDone, CallOrder, LoadOrder, Loaded, Order, Reply
+from hiera_core.records import (
+    BatchDone, BatchOrder, BufferView, CallDone, CallOrder, LoadOrder, Loaded, Order, Prepared, Reply, StartBatch,
+)
 
 
 def view(arena: mmap.mmap, buffer: BufferView) -> np.ndarray:
@@ -30,24 +32,29 @@ def main() -> None:
             loaded["harness"] = judging.harness_of(order.workload_factory, order.workload_config, order.task, "host")
             loaded["lib"] = ctypes.CDLL(order.library)  # the candidate enters the process only now
             return Loaded()
-        if isinstance(order, BatchOrder):  # back to back, each on its own place; the judge's clock is the figure
+        if isinstance(order, BatchOrder):  # prepared outside the judge's clock, before the inputs are there
+            loaded["batch"] = [(call.case, *views(call)) for call in order.calls], order.null
+            return Prepared()
+        if isinstance(order, StartBatch):  # back to back, each on its own place; the judge's clock is the figure
+            calls, null = loaded.pop("batch")
             walls, cpus = [], []
-            for call in order.calls:
-                wall, cpu = one(call, null=order.null)
+            for case, inputs, out in calls:
+                wall, cpu = one(case, inputs, out, null=null)
                 walls.append(wall)
                 cpus.append(cpu)
             return BatchDone(in_process_ms=walls, cpu_ms=cpus)
         assert isinstance(order, CallOrder)
-        wall, cpu = one(order, null=order.null)
+        wall, cpu = one(order.case, *views(order), null=order.null)
         return CallDone(in_process_ms=wall, cpu_ms=cpu)
 
-    def one(order: CallOrder, *, null: bool) -> tuple[float, float]:
-        inputs = {name: view(arena, buffer) for name, buffer in order.inputs.items()}
-        out = view(arena, order.output)
+    def views(order: CallOrder) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        return {name: view(arena, buffer) for name, buffer in order.inputs.items()}, view(arena, order.output)
+
+    def one(case: dict, inputs: dict[str, np.ndarray], out: np.ndarray, *, null: bool) -> tuple[float, float]:
         if null:
             return judging.timed_ms(lambda: None)
         harness, lib = loaded["harness"], loaded["lib"]
-        return judging.timed_ms(lambda: harness.call(lib, order.case, inputs, out))
+        return judging.timed_ms(lambda: harness.call(lib, case, inputs, out))
 
     judging.serve(handle)
 
