@@ -76,6 +76,13 @@ def test_a_library_that_imports_its_own_stream_or_the_drivers_functions_is_rejec
                                      "void *probe(void) { void *f = 0; cudaGetDriverEntryPointByVersion(\"cuStreamCreate\", &f, 12000, 0, 0); return f; }\n")
     reason = checks.binary_hack(checks.imported_symbols(escape))
     assert reason is not None and "cudaGetDriverEntryPointByVersion" in reason and "timer" in reason
+    pooled = tmp_path / "pooled.cpp"  # PyTorch's inter-op pool runs a function in a thread too: g++ names the import
+    pooled.write_text("#include <functional>\nnamespace at { void launch(std::function<void()> f); }\n"
+                      "void later() { at::launch([] {}); }\n")
+    subprocess.run(["g++", "-shared", "-fPIC", "-o", tmp_path / "pooled.so", pooled], check=True)
+    reason = checks.binary_hack(checks.imported_symbols(tmp_path / "pooled.so"))
+    assert reason is not None and "at::launch" in reason
+    assert "starts a thread" in _static_reason("libraries_pytorch", pooled.read_text())  # where ATen calls are admitted
     honest = shared_object("honest", "#include <string.h>\nvoid copy(char *a, const char *b, unsigned long n) { memcpy(a, b, n); }\n")
     assert checks.binary_hack(checks.imported_symbols(honest)) is None
 

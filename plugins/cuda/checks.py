@@ -34,7 +34,9 @@ HACKS: list[tuple[str, str]] = [
      "creates its own CUDA stream or context (work could escape the timer)"),
     (r"\bcudaGetDriverEntryPoint\w*|\bcuGetProcAddress\w*|\bdl(?:open|sym|vsym)\s*\(",
      "reaches the CUDA driver's or a library's functions by name (a stream of its own could escape the timer)"),
-    (r"\bstd::(thread|async|jthread)\b|\bpthread_create\b", "starts a thread (work could finish after the timer)"),
+    (r"\bstd::(thread|async|jthread)\b|\bpthread_create\b|\bat::(?:launch|intraop_launch\w*)\b|\blaunch_no_thread_state\b"
+     r"|\b(?:c10::)?(?:Task)?ThreadPool\b|\bget_thread_pool\b",
+     "starts a thread (work could finish after the timer)"),
     (r"\bpy::module_?::import\b|\bPyImport_\w+|\bPyRun_\w+|\bpy::exec\b|\bpy::eval\b|\bPyObject_SetAttr",
      "reaches into the Python interpreter (timers and the reference must stay out of reach)"),
     (r"\bstatic\s+(?:const\s+)?(?:torch|at)::Tensor\b|\bstatic\s+std::(?:unordered_)?map\s*<",
@@ -54,9 +56,11 @@ LOWER_PRECISION = (
 
 ESCAPE_SYMBOLS = re.compile(
     r"^(?:cudaStreamCreate\w*|cuStreamCreate\w*|cuCtxCreate\w*|cudaGetDriverEntryPoint\w*|cuGetProcAddress\w*"
-    r"|dlopen|dlsym|dlvsym|pthread_create)$")
+    r"|dlopen|dlsym|dlvsym|pthread_create"
+    r"|at::(?:launch|intraop_launch\w*|internal::launch_no_thread_state)\(.*|c10::(?:Task)?ThreadPool::.*|at::get_thread_pool\(.*)$")
 """Imports by which a built library could run GPU work beside the legacy default stream the runner times (its own
-stream or context, the driver's functions by name) or after the call returns (a thread): the source scan's rules, in
+stream or context, the driver's functions by name) or after the call returns (a thread: its own, or one of PyTorch's
+pools through `at::launch`): the source scan's rules, in
 the binary, where a macro cannot hide them. Not PyTorch's stream pool (`c10::cuda::getStreamFromPool`): every
 library that includes <c10/cuda/CUDAStream.h> imports it, used or not; the source scan alone names it."""
 LIBRARY_SYMBOLS = re.compile(r"^(cublas|cublasLt|cudnn|cufft|cusparse|cusolver|curand|nccl)\w*", re.M)
