@@ -725,7 +725,8 @@ class BatchDone:
     """Every call of a `BatchOrder` returned (a claim: the judge's clock, its idle probe and its checks decide)."""
 
     in_process_ms: list[float]
-    """What the runner's own timer says each call took: a diagnostic, compared with the judge's figure."""
+    """What the runner's own timer says each call took (on a GPU: CUDA events around the whole batch, shared out
+    evenly): a diagnostic, compared with the judge's figure."""
     outputs: list[DeviceOutput] = attrs.field(factory=list)
     """On a GPU, where each call's output lies (empty on the host, where outputs land in the judge's places)."""
     cpu_ms: list[float] = attrs.field(factory=list)

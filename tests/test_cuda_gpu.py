@@ -110,7 +110,8 @@ def test_a_lie_to_the_runner_s_timer_or_an_early_reply_gains_nothing(tmp_path):
     for name, honest in (("scaled-events", outcomes["seed"]), ("early-reply", outcomes["same-work-honest"])):
         evaluation = outcomes[name]
         if isinstance(evaluation, records.Measured):
-            assert evaluation.latency_ms >= 0.9 * honest.latency_ms, (name, evaluation)
+            # no faster than the honest kernel's own fast batches (a launch-bound call varies with the builds beside it)
+            assert evaluation.latency_ms >= 0.9 * honest.latency_p10_ms, (name, evaluation)
         else:
             assert isinstance(evaluation, (records.Rejected, records.Incorrect, records.StaticRejected, records.Crashed)), (name, evaluation)
 

@@ -137,7 +137,7 @@ class Runner:
         judge's clock: the judge writes the inputs only after this reply, while this process is stopped."""
         self.batch_outputs = []
         calls = [([view(self.inputs_arena, c.inputs[str(i)]) for i in range(len(c.inputs))], c.output) for c in order.calls]
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in calls]
+        events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # around the batch: a pair a call costs 13 µs of the clock
         nulls = None
         if order.null:  # distinct allocations, as a candidate's outputs are, so exporting them costs the same
             first = calls[0][1]
@@ -151,16 +151,16 @@ class Runner:
         """The prepared calls back to back on the current stream, each on its place's inputs, with no wait between
         them; one device-wide synchronize at the end; then where each output lies. The outputs stay alive until the
         next batch: the judge reads them while this process is stopped."""
-        (calls, events, nulls), self.prepared = self.prepared, None
+        (calls, (start, end), nulls), self.prepared = self.prepared, None
         torch.cuda.synchronize()
         outs = []
-        for k, ((inputs, _), (start, end)) in enumerate(zip(calls, events)):
-            start.record()
+        start.record()
+        for k, (inputs, _) in enumerate(calls):
             out = nulls[k] if nulls is not None else self.fn(*inputs)
             if type(out) is torch.Tensor and not out.is_contiguous():
                 out = out.contiguous()  # part of the call: the judge reads contiguous bytes
-            end.record()
             outs.append(out)
+        end.record()
         torch.cuda.synchronize()
         for out, (_, buffer) in zip(outs, calls):
             if type(out) is not torch.Tensor:
@@ -172,7 +172,7 @@ class Runner:
                                          f" {buffer.dtype} {list(buffer.shape)}")
         self.batch_outputs = outs
         outputs = [DeviceOutput(handle_hex=handle, offset_bytes=offset) for handle, offset in map(ipc.export, outs)]
-        return BatchDone(in_process_ms=[start.elapsed_time(end) for start, end in events], outputs=outputs)
+        return BatchDone(in_process_ms=[start.elapsed_time(end) / len(calls)] * len(calls), outputs=outputs)
 
     def handle(self, order: Order) -> Reply:
         if isinstance(order, AttachOrder):
