@@ -15,8 +15,9 @@ process, one after another or in threads, share no settings or plugins. Every er
 `HieraError` (`ConfigError`, `UnknownName`, `PluginError`, `RunDirError`, `BackendError`) whose message is the
 line the command prints.
 
-Two ends of a run are not a result: `AwaitingAnswers` (the backend will answer later; `resume` continues the run
-once it has: the command's exit code 75) and `NoUsableAnswer` (the run finished, but no agent request got a usable
+Two ends of a run are not a result: a pause (`Paused`: `AwaitingAnswers`, the backend will answer later, or
+`AwaitingDevice`, a run resumed where its device is missing reached an evaluation; `resume` continues the run once
+it can: the command's exit code 75) and `NoUsableAnswer` (the run finished, but no agent request got a usable
 answer, so nothing was searched: exit code 1). A backend that can answer nothing (`BackendUnusable`: a rejected
 key, an unknown model) stops the run at its first request (exit code 2). In every case what the run recorded stays
 in its directory.
@@ -35,12 +36,12 @@ import pluggy
 
 from hiera_core import records
 from hiera_core.config import HieraConfig, config_from_table, load_config
-from hiera_core.engine import Engine, check_replayable, create_run, evaluate_source, tables_in_use
+from hiera_core.engine import DeviceWanted, Engine, check_replayable, create_run, evaluate_source, tables_in_use
 from hiera_core.errors import HieraError
 from hiera_core.plugins import PluginError, collect, make_plugin_manager
 from hiera_core.protocols import AnswerPending, BackendUnusable, StagePassed
 from hiera_core.report import CallCosts, agent_costs
-from hiera_core.session import Session
+from hiera_core.session import DeviceMissing, Session
 from hiera_core.store import MANIFEST, RunStore
 
 
@@ -48,14 +49,29 @@ class SettingsError(HieraError, TypeError):
     """Settings given twice (a resolved `HieraConfig` and keywords)."""
 
 
-class AwaitingAnswers(HieraError):
+class Paused(HieraError):
+    """The run stopped to wait for something it will have later; everything done so far is in `run_dir`, and
+    `resume(run_dir)` continues from there, redoing nothing (the command's exit code 75)."""
+
+    def __init__(self, message: str, *, run_dir: Path) -> None:
+        super().__init__(message)
+        self.run_dir = run_dir
+
+
+class AwaitingAnswers(Paused):
     """The run stopped to wait for answers its backend will have later (the `exchange` backend with
-    `when_waiting = "pause"`): its requests are posted, everything done so far is in `run_dir`, and `resume(run_dir)`
-    continues once they are answered, redoing nothing. The message says how many wait, where, and what to run."""
+    `when_waiting = "pause"`): its requests are posted, and `resume(run_dir)` continues once they are answered. The
+    message says how many wait, where, and what to run."""
 
     def __init__(self, message: str, *, run_dir: Path, waiting: int) -> None:
-        super().__init__(message)
-        self.run_dir, self.waiting = run_dir, waiting
+        super().__init__(message, run_dir=run_dir)
+        self.waiting = waiting
+
+
+class AwaitingDevice(Paused):
+    """A run resumed where its architecture's device is missing (a planning machine beside the GPU's) did what needs no
+    device (answers read, plans and candidates made) and stopped at the first step that evaluates: `resume(run_dir)`
+    on a machine where the architecture runs continues it."""
 
 
 class NoUsableAnswer(HieraError):
@@ -164,22 +180,35 @@ def run(resolved: HieraConfig | None = None, *, plugins: Iterable[Any] = (), ent
 
 
 def resume(run_dir: str | Path, *, plugins: Iterable[Any] = (), entry_points: bool = True) -> RunResult:
-    """Continue a run from its directory; nothing recorded is redone (a finished run only re-reads)."""
+    """Continue a run from its directory; nothing recorded is redone (a finished run only re-reads). Where the run's
+    architecture cannot run (a CPU machine for a cuda run), the steps that need no device go on (answers read, plans
+    and candidates made, from the hardware and toolchain the run recorded) up to the next evaluation: then
+    `AwaitingDevice`."""
     store = RunStore.open(Path(run_dir))
     pm = _plugin_manager(plugins, entry_points)
     config = config_from_table(tables_in_use(store.manifest.config, store, pm), source=f"{run_dir}/{MANIFEST}")
-    return optimize(Session.create(config, pm), store)
+    try:
+        return optimize(Session.create(config, pm), store)
+    except DeviceMissing as missing:
+        run_session = Session.create(config, pm, device=False, recorded_hardware=store.manifest.hardware)
+        return optimize(run_session, store, device_missing=str(missing))
 
 
-def optimize(run_session: Session, store: RunStore) -> RunResult:
-    """The loop for a session and its run directory (a new one, or one to resume)."""
+def optimize(run_session: Session, store: RunStore, *, device_missing: str = "") -> RunResult:
+    """The loop for a session and its run directory (a new one, or one to resume); `device_missing`: why the
+    architecture cannot run here (the run stops at its first evaluation)."""
     try:
         with executing(run_session):
-            best = Engine(run_session, store).optimize()
+            best = Engine(run_session, store, device_missing=device_missing).optimize()
     except AnswerPending as exc:
         raise AwaitingAnswers(
             f"run paused: {exc.waiting} request(s) wait for an answer {exc}; then `hiera resume {store.path}` continues the run",
             run_dir=store.path, waiting=exc.waiting,
+        ) from None
+    except DeviceWanted as exc:
+        raise AwaitingDevice(
+            f"run paused: {exc}; `hiera resume {store.path}` where architecture '{run_session.arch_name}' runs continues"
+            " the run", run_dir=store.path,
         ) from None
     except BackendUnusable as exc:
         raise BackendUnusable(f"{exc}: no request can be answered, so the run stops (what it recorded is in {store.path})") from exc
@@ -264,6 +293,7 @@ def _plugin_manager(plugins: Iterable[Any], entry_points: bool) -> pluggy.Plugin
 
 
 __all__ = [
-    "AwaitingAnswers", "EvalResult", "NoUsableAnswer", "RunResult", "SettingsError", "evaluate", "executing", "optimize",
+    "AwaitingAnswers", "AwaitingDevice", "EvalResult", "NoUsableAnswer", "Paused", "RunResult", "SettingsError", "evaluate", "executing",
+    "optimize",
     "replay", "replay_settings", "resume", "run", "session", "settings",
 ]

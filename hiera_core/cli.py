@@ -29,13 +29,14 @@ from hiera_core.records import Evaluation, Measured, RunFinished
 from hiera_core.serialization import to_dict
 from hiera_core.report import write_report
 from hiera_core.store import MANIFEST, RunStore, new_run_id
+from hiera_core.session import DeviceMissing
 from hiera_core.suite import find_runs, write_suite_report
 
 log = structlog.get_logger(__name__)
 
 
 EXIT_PAUSED = 75
-"""A run paused to wait for answers (`api.AwaitingAnswers`): sysexits' EX_TEMPFAIL, "try again later"."""
+"""A run paused to wait for answers or for its device (`api.Paused`): sysexits' EX_TEMPFAIL, "try again later"."""
 
 
 class UsageError(HieraError):
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(highlight=False, soft_wrap=True)
     try:
         return args.handler(args, console)
-    except api.AwaitingAnswers as exc:
+    except api.Paused as exc:
         print(f"hiera: {exc}", file=sys.stderr)
         return EXIT_PAUSED
     except api.NoUsableAnswer as exc:
@@ -192,8 +193,13 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
     requests at once, and exits with EXIT_PAUSED unless a task failed."""
     if config.run.task:
         raise UsageError("--all-tasks runs every task of the workload; drop --task (or select tasks in its config)")
-    session = api.session(config, plugins=args.plugins)
     root = Path(config.run.run_dir or Path("runs") / new_run_id())
+    try:
+        session = api.session(config, plugins=args.plugins)
+    except DeviceMissing:
+        if not root.is_dir():
+            raise
+        session = api.session(config, plugins=args.plugins, device=False)  # resumed where only planning can go on
     failed = dict(getattr(session.workload, "failures", dict)())
     paused: list[str] = []
     tasks = session.workload.tasks()
@@ -218,7 +224,7 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
                 else:
                     run = attrs.evolve(config.run, task=task.name, run_dir=str(path))
                     _summary(api.run(attrs.evolve(config, run=run), plugins=plugins), console, prefix)
-            except api.AwaitingAnswers as exc:
+            except api.Paused as exc:
                 paused.append(task.name)
                 console.print(f"{task.name}: {exc}", markup=False)
             except Exception as exc:  # noqa: BLE001 -- one task's failure must not stop the batch
@@ -236,7 +242,8 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
     if runs:
         console.print(f"suite report: {write_suite_report(runs, root)}", markup=False)
     if paused and not failed:
-        print(f"hiera: {len(paused)} task(s) paused for answers; answer them, then run the same command again", file=sys.stderr)
+        print(f"hiera: {len(paused)} task(s) paused, for answers or for the device; answer what waits, then run the same"
+              " command again (where the device is, for those that wait for it)", file=sys.stderr)
         return EXIT_PAUSED
     return 1 if failed or not runs else 0
 

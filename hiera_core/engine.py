@@ -12,7 +12,7 @@ import math
 import platform
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -112,12 +112,19 @@ def check_replayable(store: RunStore, pm: pluggy.PluginManager) -> None:
                           f" {', '.join(sorted(scored - installed))}, which no installed plugin provides now")
 
 
+class DeviceWanted(Exception):
+    """A run resumed where its device is missing has reached a step that needs it: the message says which."""
+
+
 class Engine:
     """Runs (or resumes) one optimization of one task, writing everything to a RunStore."""
 
-    def __init__(self, session: Session, store: RunStore):
+    def __init__(self, session: Session, store: RunStore, *, device_missing: str = ""):
+        """`device_missing`: why the architecture cannot run here (a run resumed on a planning machine): what needs no
+        device goes on, from the toolchain the run recorded, and the first evaluation stops it (`DeviceWanted`)."""
         self.session = session
         self.store = store
+        self.device_missing = device_missing
         self.run = session.config.run
         self.contract = session.workload.contract(session.task, session.arch_kind)
         if not self.run.contract:
@@ -125,6 +132,10 @@ class Engine:
         describe_inputs = getattr(session.workload, "inputs", None)
         self.inputs = describe_inputs(session.task, session.arch_kind) if describe_inputs else ""
         self.toolchain = session.arch.toolchain()
+        started = next((e for e in store.events if isinstance(e, records.RunStarted)), None)
+        if device_missing and started and started.toolchain:  # the device's, in this machine's order (the prompts list it)
+            order = {key: i for i, key in enumerate(self.toolchain)}
+            self.toolchain = dict(sorted(started.toolchain.items(), key=lambda item: order.get(item[0], len(order))))
         self.history: list[tuple[Candidate, Evaluation]] = []
         self.recorded = store.evaluated()
         self.profiled = {e.candidate_id: e for e in store.events if isinstance(e, records.CandidateProfiled)}
@@ -144,6 +155,10 @@ class Engine:
         except AnswerPending as exc:
             log.info("run_paused", round=self.round, waiting=exc.waiting)
             self.store.append(records.RunPaused(round=self.round, waiting=exc.waiting, reason=str(exc)))
+            raise
+        except DeviceWanted as exc:
+            log.info("run_paused", round=self.round, device=str(exc))
+            self.store.append(records.RunPaused(round=self.round, waiting=0, reason=str(exc)))
             raise
         finally:
             self.store.unlock()
@@ -177,10 +192,20 @@ class Engine:
         for event in self.store.events:
             if isinstance(event, records.RunStarted):
                 return event.roofline
+        if self.device_missing:
+            raise DeviceWanted(f"the run has not started, and starting it needs the device ({self.device_missing})")
         roofline = roofline_for(self.session)
         device_stages = [e.name for e in self.session.evaluators if getattr(e, "holds_device", False)]
-        self.store.append(records.RunStarted(run_id=self.store.manifest.run_id, roofline=roofline, device_stages=device_stages))
+        self.store.append(records.RunStarted(run_id=self.store.manifest.run_id, roofline=roofline, device_stages=device_stages,
+                                             toolchain=self.toolchain))
         return roofline
+
+    def _evaluated(self, jobs: list[EvalJob], what: str) -> Iterator[tuple[EvalJob, Evaluated]]:
+        """The executor's results for `jobs` (`what` they are, for the pause's message), in the order it yields them;
+        where the device is missing, a pause instead (`DeviceWanted`), before anything is evaluated."""
+        if jobs and self.device_missing:
+            raise DeviceWanted(f"{len(jobs)} {what} to evaluate on the device ({self.device_missing})")
+        return self.session.executor.run(jobs, self.session.pipeline)
 
     def best(self) -> Candidate | None:
         ranked = self.parents(1)
@@ -321,7 +346,7 @@ class Engine:
             else:
                 pending.append(self._job(candidate))
         names = {job.workdir: name for job, name in baselines}
-        for job, evaluated in self.session.executor.run([*pending, *(job for job, _ in baselines)], self.session.pipeline):
+        for job, evaluated in self._evaluated([*pending, *(job for job, _ in baselines)], f"candidate(s) of round {round_}"):
             if job.workdir in names:
                 self._record_baseline(names[job.workdir], job, evaluated)
             else:
@@ -377,7 +402,7 @@ class Engine:
             return
         wanted = [c for c in self.parents(self.run.parents) if c.id not in self.profiled]
         jobs = [attrs.evolve(self._job(c), refine=True, measured=self._evaluation_of(c)) for c in wanted]
-        for job, evaluated in self.session.executor.run(jobs, self.session.pipeline):
+        for job, evaluated in self._evaluated(jobs, "parent(s) to profile"):
             write_files(job.workdir, evaluated.files)
             event = records.CandidateProfiled(candidate_id=job.candidate.id, evaluation=evaluated.evaluation,
                                               wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s, timeline=evaluated.timeline)
@@ -475,7 +500,7 @@ class Engine:
             queued += [(pass_index, self._job(c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0],
                                               times_reference=i == 0)) for i, c in enumerate(todo)]
         pass_of = {job.workdir: pass_index for pass_index, job in queued}  # an executor yields in any order
-        for job, evaluated in self.session.executor.run([job for _, job in queued], self.session.pipeline):
+        for job, evaluated in self._evaluated([job for _, job in queued], "re-measurement(s) of the finalists"):
             pass_index = pass_of[job.workdir]
             write_files(job.workdir, evaluated.files)
             event = records.Remeasured(candidate_id=job.candidate.id, pass_index=pass_index, evaluation=evaluated.evaluation,

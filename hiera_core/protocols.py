@@ -290,9 +290,11 @@ class Architecture(Protocol):
     one; None: they need only the machine's CPUs.
 
     Optional, for the prompts (`RunContext.hardware`, `RunContext.space_rules`), each called once per session:
-    `describe_hardware() -> str`: the hardware in words a model writes code for (model; cores and vector
-    extensions, or SMs and compute capability; caches; memory), from what the planning process can know (a
-    device it cannot see is described by what the configuration says); without it the prompts list `hardware()`.
+    `describe_hardware(hardware: dict | None = None) -> str`: the hardware in words a model writes code for (model;
+    cores and vector extensions, or SMs and compute capability; caches; memory): of `hardware` when given (what a
+    `hardware()` recorded: a run resumed on a machine without its device plans from it), else from what the planning
+    process can know (a device it cannot see is described by what the configuration says); without it the prompts
+    list `hardware()`.
     `describe_space(rank) -> str`: what a space of `rank` admits on this architecture, in the terms its checks
     enforce (`check_source` and its evaluators); without it the prompts quote the space's own description."""
 

@@ -336,6 +336,9 @@ class RunStarted:
     roofline: Roofline | None = None
     device_stages: list[str] = attrs.field(factory=list)
     """The evaluation stages that hold the device (`holds_device`): their wall time is device-seconds."""
+    toolchain: dict[str, Any] | None = None
+    """The architecture's `toolchain()` where the run started: a run resumed on a machine without its device plans
+    with it (candidate ids, the prompts' build line), so that they are those the device's machine would make."""
 
 
 @attrs.frozen(kw_only=True)
@@ -520,8 +523,8 @@ class RecordedAnswer:
 
 @attrs.frozen(kw_only=True)
 class RunPaused:
-    """The run stopped to wait for answers its backend will have later (`AnswerPending`); `hiera resume` continues
-    it from here, answering from what arrived meanwhile."""
+    """The run stopped to wait for answers its backend will have later (`AnswerPending`), or, resumed where its
+    device is missing, at a step that needs it (`waiting` 0); `hiera resume` continues it from here."""
 
     round: int
     """The round whose requests wait (0: before the first)."""

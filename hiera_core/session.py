@@ -64,9 +64,11 @@ class Session:
     """What evaluates a candidate: the architecture's stages, and how to rebuild them in another process."""
 
     @classmethod
-    def create(cls, config: HieraConfig, pm: pluggy.PluginManager, *, device: bool = True) -> Session:
-        """`device=False`: the session only builds (`hiera eval --compile-only`), so an architecture whose
-        device is missing is accepted; its build stages say what else is missing."""
+    def create(cls, config: HieraConfig, pm: pluggy.PluginManager, *, device: bool = True,
+               recorded_hardware: dict[str, Any] | None = None) -> Session:
+        """`device=False`: the session only builds (`hiera eval --compile-only`) or plans (a run resumed on a machine
+        without its device), so an architecture whose device is missing is accepted; its build stages say what else
+        is missing. `recorded_hardware`: the hardware a resumed run recorded, which the prompts then describe."""
         registries = {kind: collect(pm, kind) for kind in KINDS}
         plugin_configs = _structure_plugin_tables(config, registries)
         config = attrs.evolve(config, run=_with_defaults(config.run, run_defaults(pm), registries))
@@ -86,7 +88,7 @@ class Session:
         arch = build("arch", arch_name)
         reason = arch.unavailable_reason() if device else None
         if reason:
-            raise ConfigError(f"architecture '{arch_name}' cannot run here: {reason}")
+            raise DeviceMissing(f"architecture '{arch_name}' cannot run here: {reason}")
         notices += [f"sandbox: {line}" for line in sandbox.protection().missing]
         tasks = workload.tasks()
         if not tasks:
@@ -115,7 +117,7 @@ class Session:
         context = RunContext(run=run, workload=workload, task=task, arch=arch_name, kind=getattr(arch, "kind", arch_name),
                              spaces=tuple(spaces), directions=directions, notices=tuple(notices),
                              knowledge=direction_knowledge(pm, directions, kind),
-                             hardware=_hardware_text(arch, device), space_rules=_space_rules(arch, spaces))
+                             hardware=_hardware_text(arch, device, recorded_hardware), space_rules=_space_rules(arch, spaces))
         session = cls(
             pm=pm,
             config=config,
@@ -163,13 +165,19 @@ class Session:
         return out
 
 
-def _hardware_text(arch: Architecture, device: bool) -> str:
-    """What the prompts say of the hardware: the architecture's own account, else its `hardware()` listed (not
-    asked of a session that only builds, whose device may be missing)."""
+def _hardware_text(arch: Architecture, device: bool, recorded: dict[str, Any] | None = None) -> str:
+    """What the prompts say of the hardware: the architecture's own account of `hardware()` (or of the hardware a
+    run `recorded`, where the device is missing), else the dict listed; nothing of a device neither seen nor recorded."""
     describe = getattr(arch, "describe_hardware", None)
+    if not device and recorded:
+        return describe(recorded) if describe is not None else "; ".join(f"{key}: {value}" for key, value in recorded.items())
     if describe is not None:
         return describe()
     return "; ".join(f"{key}: {value}" for key, value in arch.hardware().items()) if device else ""
+
+
+class DeviceMissing(ConfigError):
+    """The architecture's device is not on this machine (`Architecture.unavailable_reason`)."""
 
 
 def _space_rules(arch: Architecture, spaces: list[ImplementationSpace]) -> dict[str, str]:

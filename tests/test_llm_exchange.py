@@ -173,3 +173,41 @@ def test_through_the_python_api_a_pause_is_a_typed_exception_and_resume_takes_th
     assert [p.role for p in folder.pending()] == ["spa"]
     events = RunStore.open(tmp_path / "run").events
     assert [(e.round, e.role, e.error) for e in events if isinstance(e, records.AgentCalled)] == [(1, "ssda", None)]
+
+
+def test_a_paused_run_plans_on_a_machine_without_its_device_and_evaluates_only_where_the_device_is(tmp_path, hiera):
+    """The paper's experiment on a GPU lent by the call: every answer is read, and every plan and candidate made, on
+    the development machine, so that a round costs the GPU's machine one call (to evaluate) and no answer waits there."""
+    run = (tmp_path / "run").resolve()
+    cmd = ["--plugin", "gated_host", *PAUSED_RUN]
+    cmd[cmd.index("--arch") + 1], cmd[cmd.index("--rounds") + 1] = "host-gated", "1"
+    elsewhere = {"HIERA_TEST_NO_DEVICE": "1"}
+    folder = ExchangeFolder(tmp_path / "ex")
+    done = hiera(*cmd)  # round 0 evaluated where the device is; the SSDA request of round 1 waits
+    assert done.returncode == 75, done.stderr
+    for role in ("ssda", "spa", "oa"):
+        for request in folder.pending():
+            assert request.role == role
+            folder.answer(request.id, ANSWERS[role] if role != "oa" else f"```c\n{SOURCES[request.sample]}```")
+        done = hiera("resume", "run", "--plugin", "gated_host", env=elsewhere)
+        assert done.returncode == 75, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "hiera: run paused: 2 candidate(s) of round 1 to evaluate on the device (architecture 'host-gated' cannot run"
+        " here: its device is on another machine (HIERA_TEST_NO_DEVICE)); `hiera resume"
+        f" {run}` where architecture 'host-gated' runs continues the run")
+    again = hiera("resume", "run", "--plugin", "gated_host", env=elsewhere)  # nothing new to do there
+    assert again.returncode == 75 and again.stderr.strip().splitlines()[-1] == done.stderr.strip().splitlines()[-1]
+    events = RunStore.open(run).events
+    assert [e.round for e in events if isinstance(e, records.CandidatesGenerated)] == [0, 1]
+    assert {e.candidate.round for e in events if isinstance(e, records.CandidateEvaluated)} == {0}
+    prompts = {p.name.split("-")[1]: p.read_text() for p in (tmp_path / "ex" / "done").glob("*.prompt.md")}
+    target = {role: text.split("# Target")[1].split("\n#")[0] for role, text in prompts.items()}
+    assert target["ssda"] == target["spa"] == target["oa"]  # the device's machine and the planning one describe it alike
+
+    finished = hiera("resume", "run", "--plugin", "gated_host")  # where the device is: evaluates, asks nothing
+    assert finished.returncode == 0, finished.stderr
+    events = RunStore.open(run).events
+    evaluated = [e.candidate.id for e in events if isinstance(e, records.CandidateEvaluated)]
+    assert len(evaluated) == len(set(evaluated)) == 3
+    assert sorted(c.role for c in events if isinstance(c, records.AgentCalled)) == ["oa", "oa", "spa", "ssda"]
+    assert [e.waiting for e in events if isinstance(e, records.RunPaused)] == [1, 1, 2, 0, 0]

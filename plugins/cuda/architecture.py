@@ -71,19 +71,21 @@ class CudaArchitecture:
             "driver": _driver_version(),
         }
 
-    def describe_hardware(self) -> str:
-        """The GPU as the planning process sees it; without one (planning on a CPU-only machine) what the
-        configuration alone says: the compute capability candidates are built for."""
-        try:
-            import torch
+    def describe_hardware(self, hardware: dict[str, Any] | None = None) -> str:
+        """The GPU of `hardware` (what a run recorded, when it plans on a machine without it), else as the planning
+        process sees it; without one, what the configuration alone says: the compute capability candidates are built
+        for."""
+        if hardware is None:
+            try:
+                import torch
 
-            visible = torch.cuda.is_available() and self.config.device < torch.cuda.device_count()
-        except Exception:  # noqa: BLE001 -- no torch, or no driver: say what is known without it
-            visible = False
-        if not visible:
-            return (f"An NVIDIA GPU (device {self.config.device}) that this planning process cannot see: candidates are"
-                    f" built for compute capability {self.arch_list()}; its name, SM count and memory are not known here.")
-        hw = self.hardware()
+                visible = torch.cuda.is_available() and self.config.device < torch.cuda.device_count()
+            except Exception:  # noqa: BLE001 -- no torch, or no driver: say what is known without it
+                visible = False
+            if not visible:
+                return (f"An NVIDIA GPU (device {self.config.device}) that this planning process cannot see: candidates are"
+                        f" built for compute capability {self.arch_list()}; its name, SM count and memory are not known here.")
+        hw = hardware or self.hardware()
         return (
             f"GPU: {hw['model']} (device {self.config.device}), compute capability {hw['compute_capability']}"
             f" (built for {self.arch_list()}), {hw['sms']} SMs, {hw['memory_gib']} GiB of device memory,"

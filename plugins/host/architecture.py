@@ -63,15 +63,16 @@ class HostArchitecture:
         return {
             "model": _cpu_model(),
             "cores": cpu_cores(),
+            "online_cores": os.cpu_count() or cpu_cores(),
             "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
             "machine": platform.machine(),
             "isa": simd_extensions(),
             "caches": caches(),
         }
 
-    def describe_hardware(self) -> str:
-        hw = self.hardware()
-        online = os.cpu_count() or hw["cores"]
+    def describe_hardware(self, hardware: dict[str, Any] | None = None) -> str:
+        hw = hardware or self.hardware()
+        online = hw.get("online_cores", hw["cores"])
         cores = f"{hw['cores']} cores available to a candidate" + (f" (of {online} online)" if online != hw["cores"] else "")
         isa = hw["isa"]
         lines = [f"CPU: {hw['model']} ({hw['machine']}); {cores}; memory {hw['memory_gib']} GiB."]
