@@ -51,15 +51,18 @@ def test_a_folder_without_runs_is_one_clear_error(tmp_path):
 
 def test_fast_1_by_a_margin_that_noise_can_give_is_counted_beside_it():
     """An ATen seed measured 1.00-1.01x its own reference on the H200: fast_1 by the protocol, and said so."""
-    from hiera_core.suite import TaskResult, _table2
+    from hiera_core.suite import TaskResult, _table2, _table2_beyond_noise
 
     def result(task, speedup):
         return TaskResult(group="kernelbench level 1", policy="adaptive", task=task, run_dir=Path(task), evaluated=1,
                           fast={18: (True, speedup > 1, speedup > 2)}, best_speedup={18: speedup}, best_ms=1.0,
                           reference_ms=speedup)
 
-    table = _table2([result("a", 1.004), result("b", 1.3), result("c", 0.98)], (18,))
-    assert "| kernelbench level 1 | adaptive | 3 | 100 / 67 / 0 | 1.09× | 1.00× | 1 |" in table, table
+    results = [result("a", 1.004), result("b", 1.3), result("c", 0.98), result("d", 2.06)]
+    table = _table2(results, (18,))
+    assert "| kernelbench level 1 | adaptive | 4 | 100 / 75 / 25 | 1.27× | 1.15× | 1 |" in table, table
+    beyond = _table2_beyond_noise(results, (18,))  # the seed's 1.004× and 2.06× (< 2.10×) are within the noise
+    assert "| kernelbench level 1 | adaptive | 4 | 100 / 50 / 0 |" in beyond, beyond
 
 
 def test_the_torch_compile_baseline_of_the_re_measurement_is_a_column_of_its_own():
