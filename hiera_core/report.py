@@ -307,9 +307,11 @@ def write_report(store: RunStore) -> Path:
         f"- created {manifest.created_at}; hiera {manifest.versions.get('hiera', '?')}, Python {manifest.versions.get('python')}",
     ]
     pauses = [e for e in events if isinstance(e, records.RunPaused)]
-    if pauses:
-        lines.append(f"- paused {len(pauses)} time(s) for answers that came later (rounds"
-                     f" {', '.join(str(r) for r in sorted({p.round for p in pauses}))}), resumed each time")
+    for waited, what in ((True, "for answers that came later"), (False, "for the device, planned on a machine without it")):
+        these = [p for p in pauses if (p.waiting > 0) == waited]
+        if these:
+            lines.append(f"- paused {len(these)} time(s) {what} (rounds"
+                         f" {', '.join(str(r) for r in sorted({p.round for p in these}))}), resumed each time")
     lines += ["", "## Result", ""]
     headline = finished.remeasured if finished is not None and finished.finalists else None
     if best is None:

@@ -211,3 +211,6 @@ def test_a_paused_run_plans_on_a_machine_without_its_device_and_evaluates_only_w
     assert len(evaluated) == len(set(evaluated)) == 3
     assert sorted(c.role for c in events if isinstance(c, records.AgentCalled)) == ["oa", "oa", "spa", "ssda"]
     assert [e.waiting for e in events if isinstance(e, records.RunPaused)] == [1, 1, 2, 0, 0]
+    report = (run / "report.md").read_text()
+    assert "- paused 3 time(s) for answers that came later (rounds 1), resumed each time" in report
+    assert "- paused 2 time(s) for the device, planned on a machine without it (rounds 1), resumed each time" in report
