@@ -414,6 +414,8 @@ class Runner:
         self.stderr = StderrTail(read_end)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.process.stdout, selectors.EVENT_READ)
+        self.last_ms: tuple[float, ...] = ()
+        """Where the judge's clock went in the last order: thawing the candidate, its reply, freezing it (ms)."""
 
     def ask(self, order: Order, *, timeout_s: float) -> tuple[Reply, float]:
         """Send `order`; return the runner's reply and the judge's milliseconds from before the candidate was let
@@ -421,15 +423,18 @@ class Runner:
         line = (json.dumps(to_dict(order, Order)) + "\n").encode()
         started = time.perf_counter()
         self._resume()
+        resumed = time.perf_counter()
         try:
             self.process.stdin.write(line)
             self.process.stdin.flush()
         except BrokenPipeError:
             raise self._gone("before the order") from None
         text = self._line(timeout_s)
+        replied = time.perf_counter()
         self._pause()
-        wall_ms = (time.perf_counter() - started) * 1e3
-        return self._parsed(text), wall_ms  # the judge's own parsing is not the candidate's time
+        stopped = time.perf_counter()
+        self.last_ms = tuple(round((b - a) * 1e3, 4) for a, b in ((started, resumed), (resumed, replied), (replied, stopped)))
+        return self._parsed(text), (stopped - started) * 1e3  # the judge's own parsing is not the candidate's time
 
     def batch(self, order: BatchOrder, write: Callable[[], None], *, timeout_s: float) -> tuple[Reply, float]:
         """One batch: `order` prepared by the runner outside the clock, then `write` (the judge writes the batch's

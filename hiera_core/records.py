@@ -192,7 +192,9 @@ class Measured:
     figure may read slow. Empty when nothing the judge watches did."""
     conditions: dict[str, float] = attrs.field(factory=dict)
     """The machine's state around the timed calls, as the judge read it: on cuda the GPU's SM and memory clocks,
-    power and temperature at their start and end (NVML), on the host the cores other processes kept busy."""
+    power and temperature at their start and end (NVML), the calls a timed batch had (`batch_calls`), the null batch
+    subtracted from each (`protocol_ms_per_batch`) and the runner's CUDA events a call (`in_process_ms`); on the host
+    the cores other processes kept busy."""
 
     @property
     def speedup_vs_reference(self) -> float:
@@ -714,24 +716,19 @@ class CallFailed:
 
 
 @attrs.frozen(kw_only=True)
-class DeviceOutput:
-    """Where a GPU output lies in the runner's memory: a CUDA IPC handle of its allocation (hex) and the output's
-    byte offset in it. The judge opens the handle itself, checks the range lies inside the allocation, and copies
-    the bytes out; nothing else in it is believed."""
-
-    handle_hex: str
-    offset_bytes: int
-
-
-@attrs.frozen(kw_only=True)
 class BatchDone:
     """Every call of a `BatchOrder` returned (a claim: the judge's clock, its idle probe and its checks decide)."""
 
     in_process_ms: list[float]
     """What the runner's own timer says each call took (on a GPU: CUDA events around the whole batch, shared out
     evenly): a diagnostic, compared with the judge's figure."""
-    outputs: list[DeviceOutput] = attrs.field(factory=list)
-    """On a GPU, where each call's output lies (empty on the host, where outputs land in the judge's places)."""
+    handles: list[str] = attrs.field(factory=list)
+    """On a GPU, the CUDA IPC handles (hex) of the allocations that hold the calls' outputs."""
+    outputs: list[list[int]] = attrs.field(factory=list)
+    """On a GPU, where each call's output lies: [the index of its allocation's handle in `handles`, its byte offset
+    in that allocation] (plain integers: the reply is written inside the judge's clock). The judge opens each handle
+    itself, checks every range lies inside the allocation, and copies the bytes out; nothing else in it is believed.
+    Empty on the host, where outputs land in the judge's places."""
     cpu_ms: list[float] = attrs.field(factory=list)
     """On the host, the CPU time of the runner's process in each call (a planning signal, a claim)."""
 

@@ -93,7 +93,7 @@ class CudaRunConfig:
     """Timing stops once the timed calls have taken this long by the judge's clock and `min_repeats` are in: a
     120 ms kernel (stencil2d's conv2d baseline on the H200) is timed in 17 calls rather than 100 (12 s)."""
     min_repeats: int = 10
-    placements: int = 256
+    placements: int = 1024
     """Places in GPU memory for a call's inputs and output (fewer where the buffers of a large task would take more
     than 64 GiB with the outputs a batch holds), each with pages of its own and at another offset: a timed batch has one place per call (so its
     inputs are all written, and never seen, before it starts), and the calls rotate over them, so a cache keyed by

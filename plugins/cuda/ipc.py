@@ -1,11 +1,13 @@
 """CUDA IPC through the driver API (ctypes on libcuda), for the runner's outputs: the runner names where each of its
-outputs lies (`DeviceOutput`), the judge opens the allocation itself, checks the range against the allocation's real
+outputs lies (`BatchDone.outputs`), the judge opens the allocation itself, checks the range against the allocation's real
 size, and copies the bytes out. No pickle crosses the boundary; a handle is 64 bytes, an offset an integer."""
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import functools
+import math
 
 import torch
 
@@ -36,13 +38,28 @@ def allocation(pointer: int) -> tuple[int, int]:
     return base.value, size.value
 
 
-def export(tensor: torch.Tensor) -> tuple[str, int]:
-    """Runner: (the IPC handle of the allocation holding `tensor`, in hex; `tensor`'s byte offset in it)."""
-    base, _ = allocation(tensor.data_ptr())
-    handle = _Handle()
-    if code := _driver().cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(base)):
-        raise IpcError(f"cuIpcGetMemHandle failed ({code})")
-    return bytes(handle.reserved).hex(), tensor.data_ptr() - base
+def export_all(tensors: list[torch.Tensor]) -> tuple[list[str], list[list[int]]]:
+    """Runner: the IPC handles (hex) of the allocations that hold `tensors`, and for each tensor [the index of its
+    allocation's handle, its byte offset there]. One driver lookup and one handle for each allocation, not each tensor
+    (the caching allocator puts many small outputs in one): on the H200 a lookup costs ~3 µs of the judge's clock and a
+    handle ~4 µs. The tensors are alive throughout, so a range found for one holds for the others."""
+    ranges: list[tuple[int, int, int]] = []  # (base, end, handle index), sorted by base
+    handles: list[str] = []
+    places = []
+    for tensor in tensors:
+        pointer = tensor.data_ptr()
+        k = bisect.bisect_right(ranges, (pointer, math.inf, math.inf)) - 1
+        if k < 0 or not ranges[k][0] <= pointer < ranges[k][1]:
+            base, size = allocation(pointer)
+            handle = _Handle()
+            if code := _driver().cuIpcGetMemHandle(ctypes.byref(handle), ctypes.c_uint64(base)):
+                raise IpcError(f"cuIpcGetMemHandle failed ({code})")
+            handles.append(bytes(handle.reserved).hex())
+            bisect.insort(ranges, (base, base + size, len(handles) - 1))
+            k = bisect.bisect_right(ranges, (pointer, math.inf, math.inf)) - 1
+        base, _, index = ranges[k]
+        places.append([index, pointer - base])
+    return handles, places
 
 
 def open_handle(handle_hex: str) -> tuple[int, int]:

@@ -46,7 +46,6 @@ from hiera_core.records import (
     BufferView,
     CallFailed,
     CallOrder,
-    DeviceOutput,
     Incorrect,
     JudgeAnswer,
     JudgeRequest,
@@ -196,6 +195,7 @@ class CudaJudge:
         self.cold_start = ColdStart()
         self.probe_tensor = torch.zeros(1, device="cuda")
         self.phases: dict[str, float] = {}
+        self.clock_parts: list[list[float]] = []
         self.last = time.perf_counter()
         self.call_seed = getattr(harness, "call_seed", None)
         self.baseline = seeded(harness.baseline, self.call_seed)
@@ -409,8 +409,12 @@ class CudaJudge:
                 last = timing_done(total, len(batches) + 1, sum(b.wall_ms for b in batches), batches, null, s)
                 batches.append(timed_batch(calls, last))
                 if last:
-                    print(f"timing: {json.dumps({'null_one_ms': [round(x, 4) for x in null.one_ms], 'null_full_ms': [round(x, 4) for x in null.full_ms], 'calls': [b.calls for b in batches], 'wall_ms': [round(b.wall_ms, 4) for b in batches], 'in_process_ms': [round(statistics.fmean(b.in_process_ms), 4) for b in batches]})}",
-                          file=sys.stderr, flush=True)
+                    log = {"null_one_ms": [round(x, 4) for x in null.one_ms], "null_full_ms": [round(x, 4) for x in null.full_ms],
+                           "calls": [b.calls for b in batches], "wall_ms": [round(b.wall_ms, 4) for b in batches],
+                           "paired_null_ms": [round(b.null_ms, 4) if b.null_ms is not None else None for b in batches],
+                           "in_process_ms": [round(statistics.fmean(b.in_process_ms), 4) for b in batches],
+                           "clock_parts": self.clock_parts}  # [calls, null, thaw, to the reply, freeze] of every batch
+                    print(f"timing: {json.dumps(log)}", file=sys.stderr, flush=True)
                     return batches
 
         before = device_state(s["device"])
@@ -439,13 +443,13 @@ class CudaJudge:
             timing_bound=verdict.reason + (f"; {busy} batches redone: the GPU was busy after the reply" if busy else ""),
             reference_engine=getattr(h, "reference_engine", ""),
             checked_timed_calls=checked,
-            metrics={"protocol_ms_per_batch": round(null.cost_ms(calls), 4), "batch_calls": calls,
-                     "in_process_ms": round(statistics.median(statistics.fmean(b.in_process_ms) for b in batches), 6)},
             kernels=reply.kernels,
             aten_ops=reply.aten_ops,
             compiled_reference_latency_ms=statistics.median(compiled_times) if compiled_times else None,
             compiled_reference_note=compiled_note,
-            conditions={**{f"{k}_start": v for k, v in before.items()}, **{f"{k}_end": v for k, v in after.items()}},
+            conditions={**{f"{k}_start": v for k, v in before.items()}, **{f"{k}_end": v for k, v in after.items()},
+                        "batch_calls": calls, "protocol_ms_per_batch": round(null.cost_ms(calls), 4),
+                        "in_process_ms": round(statistics.median(statistics.fmean(b.in_process_ms) for b in batches), 6)},
         )
 
     # --- timed batches ----------------------------------------------------------------------------
@@ -483,6 +487,7 @@ class CudaJudge:
             torch.cuda.synchronize()
 
         reply, wall = self.runner.batch(BatchOrder(calls=calls, null=null), write, timeout_s=self.timeout_s * len(calls))
+        self.clock_parts.append([len(calls), int(null), *self.runner.last_ms])
         if isinstance(reply, CallFailed):
             raise (Failed(reply.reason) if reply.raised else judging.Wrong(reply.reason))
         if not isinstance(reply, BatchDone) or len(reply.in_process_ms) != len(calls) or len(reply.outputs) != len(calls):
@@ -494,7 +499,7 @@ class CudaJudge:
             return None, []
         elif probe > self.probe_limit_ms:  # the GPU was busy (or the judge slow): the wait counts as the candidate's
             wall += probe - self.probe_idle_ms
-        self.collect(reply.outputs, [target for _, target in placed])
+        self.collect(reply.handles, reply.outputs, [target for _, target in placed])
         return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), placed
 
     def idle(self) -> bool:
@@ -509,24 +514,28 @@ class CudaJudge:
         torch.cuda.synchronize()
         return (time.perf_counter() - started) * 1e3
 
-    def collect(self, outputs: list[DeviceOutput], targets: list[torch.Tensor]) -> None:
-        """Copy each output the runner names into the judge's place for it: the handle opened here, the range checked
-        against the allocation's real size, no two outputs on the same bytes."""
-        opened: dict[str, tuple[int, int]] = {}
-        spans: dict[str, list[tuple[int, int]]] = {}
+    def collect(self, handles: list[str], outputs: list[list[int]], targets: list[torch.Tensor]) -> None:
+        """Copy each output the runner names (`BatchDone.outputs`) into the judge's place for it: each handle opened
+        here, every range checked against the allocation's real size, no two outputs on the same bytes."""
+        if len(handles) > len(outputs) or any(len(o) != 2 or not 0 <= o[0] < len(handles) for o in outputs):
+            raise judging.RunnerGone("the runner named its outputs' memory in a form the protocol does not have")
+        opened: dict[str, tuple[int, int]] = {}  # by the handle itself: one allocation named twice is one
         try:
-            for k, (where, target) in enumerate(zip(outputs, targets)):
-                if where.handle_hex not in opened:
-                    opened[where.handle_hex] = ipc.open_handle(where.handle_hex)
-                pointer, size = opened[where.handle_hex]
+            spans = []
+            for k, ((index, start), target) in enumerate(zip(outputs, targets)):
+                handle = handles[index]
+                if handle not in opened:
+                    opened[handle] = ipc.open_handle(handle)
                 nbytes = target.numel() * target.element_size()
-                start = where.offset_bytes
-                if start < 0 or start + nbytes > size:
+                if start < 0 or start + nbytes > opened[handle][1]:
                     raise judging.RunnerGone(f"the runner placed output {k} outside the memory it names")
-                if any(start < end and other < start + nbytes for other, end in spans.setdefault(where.handle_hex, [])):
-                    raise judging.Wrong(f"timed call {k} of a batch returned memory another call of it returned too")
-                spans[where.handle_hex].append((start, start + nbytes))
-                target.reshape(-1).view(torch.uint8).copy_(ipc.bytes_at(pointer + start, nbytes))
+                spans.append((handle, start, start + nbytes, k))
+            spans.sort()
+            for (handle, _, end, k), (other, start, _, j) in zip(spans, spans[1:]):
+                if handle == other and start < end:
+                    raise judging.Wrong(f"timed calls {min(j, k)} and {max(j, k)} of a batch returned the same memory")
+            for handle, start, end, k in spans:
+                targets[k].reshape(-1).view(torch.uint8).copy_(ipc.bytes_at(opened[handle][0] + start, end - start))
             torch.cuda.synchronize()
         except ipc.IpcError as exc:
             raise judging.RunnerGone(f"the judge could not read the runner's outputs: {exc}") from None

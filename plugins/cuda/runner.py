@@ -23,7 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hiera_core import judging
 from hiera_core.records import (
-    AttachOrder, BatchDone, BatchOrder, BufferView, CallDone, CallFailed, CallOrder, DeviceOutput, LoadOrder, Loaded,
+    AttachOrder, BatchDone, BatchOrder, BufferView, CallDone, CallFailed, CallOrder, LoadOrder, Loaded,
     Order, Prepared, Reply, StartBatch, Task,
 )
 from hiera_core.serialization import from_dict
@@ -137,6 +137,9 @@ class Runner:
         judge's clock: the judge writes the inputs only after this reply, while this process is stopped."""
         self.batch_outputs = []
         calls = [([view(self.inputs_arena, c.inputs[str(i)]) for i in range(len(c.inputs))], c.output) for c in order.calls]
+        shapes = {(tuple(c.output.shape), c.output.dtype) for c in order.calls}
+        [(shape, dtype)] = shapes if len(shapes) == 1 else [((), "")]
+        expected = (torch.Size(shape), getattr(torch, dtype)) if dtype else None  # one timing case: one output shape
         events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # around the batch: a pair a call costs 13 µs of the clock
         nulls = None
         if order.null:  # distinct allocations, as a candidate's outputs are, so exporting them costs the same
@@ -144,14 +147,14 @@ class Runner:
             key = (tuple(first.shape), first.dtype, len(calls))
             nulls = self.null_outputs.setdefault(key, [torch.empty(first.shape, dtype=getattr(torch, first.dtype), device="cuda")
                                                        for _ in calls])
-        self.prepared = calls, events, nulls
+        self.prepared = calls, events, nulls, expected
         return Prepared()
 
     def batch(self) -> Reply:
         """The prepared calls back to back on the current stream, each on its place's inputs, with no wait between
         them; one device-wide synchronize at the end; then where each output lies. The outputs stay alive until the
         next batch: the judge reads them while this process is stopped."""
-        (calls, (start, end), nulls), self.prepared = self.prepared, None
+        (calls, (start, end), nulls, expected), self.prepared = self.prepared, None
         torch.cuda.synchronize()
         outs = []
         start.record()
@@ -163,6 +166,8 @@ class Runner:
         end.record()
         torch.cuda.synchronize()
         for out, (_, buffer) in zip(outs, calls):
+            if type(out) is torch.Tensor and out.is_cuda and (out.shape, out.dtype) == expected:
+                continue  # the usual case, in a fraction of a µs: this loop is inside the judge's clock
             if type(out) is not torch.Tensor:
                 return CallFailed(reason=f"the output is a {type(out).__module__}.{type(out).__qualname__}, not exactly a torch.Tensor")
             if out.device.type != "cuda":
@@ -171,8 +176,8 @@ class Runner:
                 return CallFailed(reason=f"the output is {str(out.dtype)[6:]} {list(out.shape)}; the contract says"
                                          f" {buffer.dtype} {list(buffer.shape)}")
         self.batch_outputs = outs
-        outputs = [DeviceOutput(handle_hex=handle, offset_bytes=offset) for handle, offset in map(ipc.export, outs)]
-        return BatchDone(in_process_ms=[start.elapsed_time(end) / len(calls)] * len(calls), outputs=outputs)
+        handles, places = ipc.export_all(outs)
+        return BatchDone(in_process_ms=[start.elapsed_time(end) / len(calls)] * len(calls), handles=handles, outputs=places)
 
     def handle(self, order: Order) -> Reply:
         if isinstance(order, AttachOrder):

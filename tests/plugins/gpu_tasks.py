@@ -7,10 +7,12 @@ from hiera_core.records import Contract, Task
 
 BINDINGS = {
     "scale-add": "torch::Tensor forward(torch::Tensor x, torch::Tensor b);",
+    "scale-add-4m": "torch::Tensor forward(torch::Tensor x, torch::Tensor b);",
     "matmul": "torch::Tensor forward(torch::Tensor a, torch::Tensor b);",
     "matmul-2048": "torch::Tensor forward(torch::Tensor a, torch::Tensor b);",
 }
 SHAPES = {"matmul": [512, 384, 256], "matmul-2048": [2048, 2048, 2048]}
+ELEMENTS = {"scale-add": 1 << 20, "scale-add-4m": 1 << 22}
 
 SEEDS = {
     "scale-add": r"""
@@ -57,8 +59,9 @@ class Harness:
         self.task = task
 
     def correctness_cases(self, remeasure):
-        if self.task == "scale-add":
-            return [{"label": "n=1<<20", "shape": [1 << 20]}, {"label": "n=1001", "shape": [1001]}, {"label": "n=1", "shape": [1]}]
+        if self.task in ELEMENTS:
+            n = ELEMENTS[self.task]
+            return [{"label": f"n={n}", "shape": [n]}, {"label": "n=1001", "shape": [1001]}, {"label": "n=1", "shape": [1]}]
         m, k, n = SHAPES[self.task]
         return [{"label": f"{m}x{k}x{n}", "shape": [m, k, n]}, {"label": "33x17x65", "shape": [33, 17, 65]}]
 
@@ -77,18 +80,18 @@ class Harness:
             x = torch.randn(*shape, generator=generator, device="cuda")
             return x + 0.5 if distribution == "uniform-offset" else x
 
-        if self.task == "scale-add":
+        if self.task in ELEMENTS:
             return [sample(*case["shape"]), sample(*case["shape"])]
         m, k, n = case["shape"]
         return [sample(m, k), sample(k, n)]
 
     def reference(self, case, inputs):
         a, b = (t.double() for t in inputs)
-        return 2 * a + b if self.task == "scale-add" else a @ b
+        return 2 * a + b if self.task in ELEMENTS else a @ b
 
     def baseline(self, inputs):
         a, b = inputs
-        return 2 * a + b if self.task == "scale-add" else a @ b
+        return 2 * a + b if self.task in ELEMENTS else a @ b
 
 
 class TinyOps:
@@ -110,14 +113,14 @@ class TinyOps:
                         binding="cpp_source.cpp")
 
     def seed(self, task, arch):
-        return SEEDS[task.name.split("-")[0] if task.name.startswith("matmul") else task.name], {}, "seed"
+        return SEEDS["scale-add" if task.name in ELEMENTS else "matmul"], {}, "seed"
 
     def templates(self, task, arch):
         return []
 
     def work(self, task, arch):
-        if task.name == "scale-add":
-            return 3 * 4 * (1 << 20), 2 * (1 << 20)
+        if task.name in ELEMENTS:
+            return 3 * 4 * ELEMENTS[task.name], 2 * ELEMENTS[task.name]
         m, k, n = SHAPES[task.name]
         return 4 * (m * k + k * n + m * n), 2 * m * k * n
 
