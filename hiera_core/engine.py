@@ -8,7 +8,6 @@ evaluation is read back, never redone.
 from __future__ import annotations
 
 import json
-import math
 import platform
 import sys
 import time
@@ -213,14 +212,14 @@ class Engine:
 
     def parents(self, n: int) -> list[Candidate]:
         """The n best valid candidates so far; invalid candidates never compete (Eq. 2). The first is the incumbent:
-        a candidate replaces it only when it is faster beyond the noise of the two medians (`beats`); the others
+        a candidate replaces it only when it is faster beyond the noise of the two medians (`records.beats`); the others
         follow by median."""
         measured = [(c, e) for c, e in self.history if isinstance(e, Measured)]
         if not measured:
             return []
         incumbent, figure = measured[0]
         for candidate, evaluation in measured[1:]:
-            if beats(evaluation, figure):
+            if records.beats(evaluation, figure):
                 incumbent, figure = candidate, evaluation
         others = sorted((e.latency_ms, i, c) for i, (c, e) in enumerate(measured) if c.id != incumbent.id)
         return [incumbent, *(c for _, _, c in others[: n - 1])]
@@ -523,16 +522,6 @@ class Engine:
         return by_id[winner.candidate_id] if winner else None
 
 
-def beats(challenger: Measured, incumbent: Measured) -> bool:
-    """Whether `challenger` is faster than `incumbent` beyond the noise of the two medians: by more than twice the
-    standard error of their difference, each median's error estimated from its own timed calls (σ ≈ (p90 - p10) / 2.56,
-    as for a normal spread; the error of a median ≈ 1.25 σ / √repeats)."""
-    def error(m: Measured) -> float:
-        return 1.2533 * (m.latency_p90_ms - m.latency_p10_ms) / 2.5631 / math.sqrt(max(1, m.repeats))
-
-    return incumbent.latency_ms - challenger.latency_ms > 2 * math.hypot(error(challenger), error(incumbent))
-
-
 def standing(candidate_id: str, in_search: Evaluation | None, passes: list[Evaluation]) -> records.Finalist:
     """A finalist's `Finalist` record from its search evaluation and its re-measurements, in pass order: its figure is
     the median of theirs (the slower of two), the spread their range; a re-measurement that is not `Measured` puts
@@ -578,8 +567,10 @@ def roofline_for(session: Session) -> records.Roofline:
     dtype = session.task.params.get("dtype", "float64")
     measured = session.arch.peaks(dtype)
     (peak_gbps, peak_gflops), count = peaks.remembered(session.arch_name, session.arch.hardware(), dtype, measured)
+    reference_flops = getattr(session.workload, "reference_flops", None)
     return records.Roofline(bytes_moved=bytes_moved, flops=flops, peak_gbps=peak_gbps, peak_gflops=peak_gflops,
-                            measured_gbps=measured[0], measured_gflops=measured[1], measurements=count)
+                            measured_gbps=measured[0], measured_gflops=measured[1], measurements=count,
+                            reference_flops=reference_flops(session.task, session.arch_kind) if reference_flops else 0.0)
 
 
 def candidate_id(source: str, contract: records.Contract, toolchain: dict) -> str:

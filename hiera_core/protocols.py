@@ -100,6 +100,9 @@ class Workload(Protocol):
     # Optional: `inputs(task, arch) -> str`, the task's inputs as a prompt states them: value ranges and
     # distributions, what each argument really holds (random weights, not a uniform average), the sizes and seeds
     # a candidate is checked and timed on; quoted under the task in every prompt (`PlanningContext.inputs`).
+    # Optional: `reference_flops(task, arch) -> float`, the reference's own arithmetic in one call (where `work`
+    # gives no FLOPs because a correct candidate may do less): not a floor, the headroom the prompts and the report
+    # quote beside the floors (`Roofline.reference_flops`).
     # Optional: `failures() -> dict[str, str]`, the tasks of the selection that could not be loaded, each with
     # a one-line reason; `hiera contracts` and `hiera run --all-tasks` print them and go on with the rest.
 

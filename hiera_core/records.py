@@ -7,6 +7,7 @@ never sentinels. `hiera_core.serialization` is the one place that turns them int
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import attrs
@@ -258,6 +259,16 @@ class Plan:
     parent_id: str | None
 
 
+def beats(challenger: Measured, incumbent: Measured) -> bool:
+    """Whether `challenger` is faster than `incumbent` beyond the noise of the two medians: by more than twice the
+    standard error of their difference, each median's error estimated from its own timed calls (σ ≈ (p90 - p10) / 2.56,
+    as for a normal spread; the error of a median ≈ 1.25 σ / √repeats)."""
+    def error(m: Measured) -> float:
+        return 1.2533 * (m.latency_p90_ms - m.latency_p10_ms) / 2.5631 / math.sqrt(max(1, m.repeats))
+
+    return incumbent.latency_ms - challenger.latency_ms > 2 * math.hypot(error(challenger), error(incumbent))
+
+
 @attrs.frozen(kw_only=True)
 class Roofline:
     """Floors for one task on one machine: no correct candidate can beat them."""
@@ -274,6 +285,9 @@ class Roofline:
     """This run's own measurement of the two (None: the run's record predates remembered peaks)."""
     measurements: int = 1
     """How many of the machine's measurements the peaks come from."""
+    reference_flops: float = 0.0
+    """The reference's own arithmetic in one call (`Workload.reference_flops`), where the workload sets no FLOP floor:
+    what a candidate doing the same arithmetic needs at least, not what every correct one must do."""
 
     @property
     def memory_floor_ms(self) -> float:
@@ -285,7 +299,20 @@ class Roofline:
 
     @property
     def floor_ms(self) -> float:
+        """The physical floor: a time below it (less a margin) is rejected as impossible."""
         return max(self.memory_floor_ms, self.compute_floor_ms)
+
+    @property
+    def compute_headroom_ms(self) -> float:
+        """The arithmetic floor of a candidate that does the reference's arithmetic: the larger of `compute_floor_ms`
+        and the reference's FLOPs at the peak rate. Planning signals and prompts measure compute headroom against it."""
+        return max(self.compute_floor_ms, self.reference_flops / (self.peak_gflops * 1e9) * 1e3)
+
+    @property
+    def headroom_floor_ms(self) -> float:
+        """What the report and the prompts measure a candidate's headroom against (`floor_ms` stays the one a figure
+        is rejected below)."""
+        return max(self.memory_floor_ms, self.compute_headroom_ms)
 
 
 @attrs.frozen(kw_only=True)

@@ -342,10 +342,12 @@ def write_report(store: RunStore) -> Path:
                 f" **{seed.evaluation.latency_ms / b.latency_ms:.2f}×** faster than the initial candidate (both in the search)"
             )
         if roofline is not None:
+            arithmetic = (f", the reference's own arithmetic {roofline.compute_headroom_ms:.3f} ms ({roofline.reference_flops / 1e6:.1f}"
+                          " MFLOP by PyTorch's FLOP counter: no floor, a candidate may do less)" if roofline.reference_flops else "")
             lines.append(
                 f"- floors: memory {roofline.memory_floor_ms:.3f} ms ({roofline.bytes_moved / 1e6:.1f} MB at {roofline.peak_gbps:.1f} GB/s),"
-                f" compute {roofline.compute_floor_ms:.3f} ms ({roofline.flops / 1e6:.1f} MFLOP at {roofline.peak_gflops:.1f} GFLOP/s);"
-                f" the best runs at {roofline.floor_ms / shown.latency_ms:.0%} of the floor"
+                f" compute {roofline.compute_floor_ms:.3f} ms ({roofline.flops / 1e6:.1f} MFLOP at {roofline.peak_gflops:.1f} GFLOP/s){arithmetic};"
+                f" the best runs at {roofline.headroom_floor_ms / shown.latency_ms:.0%} of the {'larger' if arithmetic else 'floor'}"
             )
             if roofline.measurements > 1 and roofline.measured_gbps is not None:
                 lines.append(f"- peaks: remembered over this machine's last {roofline.measurements} measurements; this run measured"
@@ -478,7 +480,7 @@ def _baselines_section(
         if not isinstance(ev, Measured):
             lines.append(f"| {name} | {e.candidate.space} | {type(ev).__name__}: {_reason(ev)} | - | - |")
             continue
-        floor = f"{roofline.floor_ms / ev.latency_ms:.0%}" if roofline is not None else "-"
+        floor = f"{roofline.headroom_floor_ms / ev.latency_ms:.0%}" if roofline is not None else "-"
         versus = f"**{ev.latency_ms / best.latency_ms:.2f}×** faster" if best is not None else "-"
         lines.append(f"| {name} | {e.candidate.space} | {ev.latency_ms:.3f} | {floor} | {versus} |")
     if any(e.reused_from for e in baselines):

@@ -2,7 +2,8 @@
 
 SSDA: each direction's own scoring rule reads the best candidate's profile; a direction with no
 untried move left, or with no strategy known on the run's kind of architecture, scores 0, one that has a
-move at least 0.01, and one whose last round did not improve the best by `min_gain` is halved; the space
+move at least 0.01, and one whose last round found nothing faster than the best beyond the noise of their figures
+(`records.beats`) is halved; the space
 is the most controlled allowed space that still admits what the best candidate uses and offers a move
 and a strategy in the top direction.
 SPA: the first (most promising) strategy of that direction's catalogue on this kind of architecture
@@ -23,13 +24,11 @@ import attrs
 
 from hiera_core import AgentAnswer, AgentRequest, Template, hookimpl
 from hiera_core.context import RunContext
-from hiera_core.records import Candidate, Measured, SourceLabel
+from hiera_core.records import Candidate, Measured, SourceLabel, beats
 
 
 @attrs.frozen(kw_only=True)
 class ExpertConfig:
-    min_gain: float = 0.05
-    """A round that makes the best less than this much faster did not improve it (timing noise)."""
     parent_window: float = 1.5
     """A parent slower than this multiple of the best gets its moves only after the better parents' single
     and paired moves: its one-knob neighbours rarely win, and a round has only K candidates."""
@@ -178,10 +177,10 @@ class ExpertBackend:
         last_round = max((c.round for c, _ in history), default=0)
         if last_round == 0:
             return None
-        before = [e.latency_ms for c, e in history if c.round < last_round and isinstance(e, Measured)]
+        before = [e for c, e in history if c.round < last_round and isinstance(e, Measured)]
         last = [(c, e) for c, e in history if c.round == last_round]
-        bar = min(before) * (1 - self.config.min_gain) if before else float("inf")
-        improved = any(isinstance(e, Measured) and e.latency_ms < bar for _, e in last)
+        best = min(before, key=lambda e: e.latency_ms) if before else None
+        improved = any(isinstance(e, Measured) and (best is None or beats(e, best)) for _, e in last)
         return None if improved else last[0][0].direction
 
 

@@ -15,7 +15,8 @@ import pytest
 from hiera_core import hookimpl, records
 from hiera_core.agents.feedback import profile_summary
 from hiera_core.config import load_config
-from hiera_core.engine import Engine, beats, create_run, evaluate_source, standing
+from hiera_core.engine import Engine, create_run, evaluate_source, standing
+from hiera_core.records import beats
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.session import Session
 from hiera_core.store import RunStore
@@ -41,6 +42,25 @@ def test_a_child_replaces_the_incumbent_only_when_faster_beyond_the_noise():
     assert [c.id for c in Engine.parents(engine, 3)] == ["first", "within-noise", "slower"]
     history.append((candidate("clearly-faster"), measured(0.8, 0.1, 10)))
     assert [c.id for c in Engine.parents(engine, 2)] == ["clearly-faster", "within-noise"]
+
+
+def test_a_round_within_the_noise_is_no_gain_for_the_expert_and_in_the_prompt():
+    """"No gain" is decided against the figures' measured noise, not a fixed 5%: a round whose best is 3% faster than
+    the best before it, with spreads that cover 3%, halves its direction's score and reads "no gain" to a model; a
+    clear 20% is a gain for both."""
+    from hiera_core.agents.prompts import _decisions_section
+    from hiera_plugins.expert import ExpertBackend, ExpertConfig
+
+    def round_of(n: int, direction: str, ms: float) -> tuple[records.Candidate, records.Measured]:
+        return records.Candidate(id=f"r{n}", source="", space="pure_cuda", round=n, direction=direction), measured(ms, 0.1, 10)
+
+    expert = ExpertBackend(ExpertConfig(), context=None)
+    plan = types.SimpleNamespace(round=1, decision=types.SimpleNamespace(space="pure_cuda", direction="M", scores={"M": 0.5}),
+                                 strategy=types.SimpleNamespace(name="coalesce"))
+    for ms, stalled, words in ((0.97, "M", "no gain beyond the noise"), (0.80, None, "1.250x the best before it: a gain")):
+        history = [round_of(0, "-", 1.00), round_of(1, "M", ms)]
+        assert expert._stalled_direction({"history": history}) == stalled
+        assert words in _decisions_section(types.SimpleNamespace(plans=[plan], history=history))
 
 
 def test_a_finalist_is_out_when_any_of_its_remeasurements_is_not_valid():

@@ -188,6 +188,31 @@ def test_a_kernelbench_task_says_what_get_inputs_gives_and_how_it_is_checked():
     assert "3 parameters and buffers" in text
 
 
+def test_a_gemm_s_headroom_counts_the_reference_s_arithmetic_while_its_rejection_floor_stays_the_bytes():
+    """A GEMM at the FP32 peak was told it ran at "34.49x the roofline floor" (the floor had no FLOPs: H200, 2026-12-03):
+    the prompt and the planning signals now measure against the reference's own arithmetic, by PyTorch's FLOP counter."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from hiera_core.agents.prompts import _peaks
+    from hiera_core.records import Roofline
+    from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
+
+    root = str(Path(__file__).parent / "plugins" / "kernelbench_tasks")
+    level1 = KernelBench(KernelBenchConfig(root=root, level=1))
+    tasks = {t.name: t for t in level1.tasks()}
+    matmul = next(t for name, t in tasks.items() if "matmul" in name)
+    relu = next(t for name, t in tasks.items() if "ReLU" in name)
+    assert level1.reference_flops(matmul, "cuda") == 2 * 8 * 6 * 4  # [8, 6] @ [6, 4]
+    assert level1.reference_flops(relu, "cuda") == 0
+    bytes_moved, flops = level1.work(matmul, "cuda")
+    roofline = Roofline(bytes_moved=bytes_moved, flops=flops, peak_gbps=4000.0, peak_gflops=1e-6,
+                        reference_flops=level1.reference_flops(matmul, "cuda"))
+    assert roofline.floor_ms == roofline.memory_floor_ms < roofline.headroom_floor_ms == roofline.compute_headroom_ms
+    text = _peaks(SimpleNamespace(roofline=roofline, task=matmul), 0.9)
+    assert "The reference itself computes" in text and "cannot be faster" in text
+
+
 def test_cuda_describes_a_visible_gpu_by_name_sms_memory_and_capability(monkeypatch):
     from types import SimpleNamespace
 
@@ -286,6 +311,18 @@ def test_the_ssda_history_gives_each_candidate_s_spread_and_weakest_signals(host
         assert f"(p10 {evaluation.latency_p10_ms:.4g}, p90 {evaluation.latency_p90_ms:.4g})" in row
         weakest = min(evaluation.profile.signals, key=lambda name: (evaluation.profile.signals[name], name))
         assert f"weakest signals: {weakest} " in row and f"{evaluation.speedup_vs_reference:.2f}x the reference" in row
+
+
+def test_the_optimizer_sees_what_was_tried_in_its_space_with_results(host_run):
+    """The OA of round 2 reads the round-1 candidate written for its space (pure_cuda), with its figure; round 1's reads
+    the seed's, whose space may differ: none then."""
+    prompts, engine = host_run
+    tried = section(prompts["oa"][1], "Tried so far in pure_cuda")
+    earlier = [(c, e) for c, e in engine.history if c.round == 1 and c.space == "pure_cuda"]
+    assert earlier, engine.history
+    for candidate, evaluation in earlier:
+        row = next(line for line in tried.splitlines() if f"`{candidate.id}`" in line)
+        assert (f"{evaluation.latency_ms:.4g} ms" if isinstance(evaluation, Measured) else type(evaluation).__name__) in row
 
 
 # --- the directions' knowledge on the host ----------------------------------------------------------

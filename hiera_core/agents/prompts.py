@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from hiera_core.agents.answers import JUDGE_SCHEMA, OA_SCHEMA, SPA_SCHEMA
 from hiera_core.agents.context import Brief, PlanningContext
 from hiera_core.agents.feedback import outcome, execution_feedback, profile_summary
-from hiera_core.records import Candidate, Evaluation, Measured, SpaceDecision
+from hiera_core.records import Candidate, Evaluation, Measured, SpaceDecision, beats
 
 if TYPE_CHECKING:
     from hiera_core.session import Session
@@ -76,11 +76,16 @@ def _peaks(ctx: PlanningContext, margin: float) -> str:
     if roofline.flops:
         work += f" and {figure(roofline.flops / 1e9)} GFLOP computed"
         floors += f", {roofline.compute_floor_ms:.3g} ms for arithmetic"
-    return (
+    text = (
         f"Measured on this machine: {figure(roofline.peak_gbps)} GB/s memory bandwidth, {figure(roofline.peak_gflops)}"
         f" GFLOP/s in {dtype}. One call of this task has {work}, so its floors are {floors}; a time below"
         f" {margin:.0%} of the larger floor is rejected as impossible."
     )
+    if roofline.reference_flops:
+        text += (f" The reference itself computes {figure(roofline.reference_flops / 1e9)} GFLOP (PyTorch's FLOP counter:"
+                 f" matrix products and convolutions), {roofline.compute_headroom_ms:.3g} ms at that rate: a candidate doing"
+                 " the same arithmetic cannot be faster; one that needs less (a reduction folded into a smaller product) can.")
+    return text
 
 
 def figure(value: float) -> str:
@@ -109,12 +114,18 @@ def _failures_section(ctx: PlanningContext) -> str:
 def _decisions_section(ctx: PlanningContext) -> str:
     if not ctx.plans:
         return ""
-    lines = ["# Decisions so far"]
+    lines = ["# Decisions so far (a gain counts only beyond the noise of the two figures: their spreads over their timed calls)"]
     for plan in ctx.plans:
         scores = " ".join(f"{d}={s:.2f}" for d, s in plan.decision.scores.items())
-        results = [e.latency_ms for c, e in ctx.history if c.round == plan.round and isinstance(e, Measured)]
+        results = [e for c, e in ctx.history if c.round == plan.round and isinstance(e, Measured)]
+        before = [e for c, e in ctx.history if c.round < plan.round and isinstance(e, Measured)]
         evaluated = sum(1 for c, _ in ctx.history if c.round == plan.round)
-        best = f"round best {min(results):.4g} ms" if results else "no valid candidate"
+        best = "no valid candidate"
+        if results:
+            top, incumbent = min(results, key=lambda e: e.latency_ms), min(before, key=lambda e: e.latency_ms, default=None)
+            gain = ("" if incumbent is None else f", {incumbent.latency_ms / top.latency_ms:.3f}x the best before it: "
+                    + ("a gain" if beats(top, incumbent) else "no gain beyond the noise"))
+            best = f"round best {top.latency_ms:.4g} ms{gain}"
         lines.append(
             f"- round {plan.round}: space {plan.decision.space}, direction {plan.decision.direction} ({scores}),"
             f" strategy {plan.strategy.name}: {len(results)}/{evaluated} valid, {best}"
@@ -122,13 +133,16 @@ def _decisions_section(ctx: PlanningContext) -> str:
     return "\n".join(lines)
 
 
-def _history_section(ctx: PlanningContext, limit: int = 12) -> str:
+def _history_section(ctx: PlanningContext, limit: int = 12, *, space: str | None = None) -> str:
+    """The last `limit` candidates, each with its result; with `space`, only those written for that space."""
+    history = [(c, e) for c, e in ctx.history if space is None or c.space == space]
     rows = [
         f"- `{c.id}` round {c.round} {c.space} {c.direction or '-'} {c.strategy or 'initial'}: {_measured_briefly(e)}"
-        for c, e in ctx.history[-limit:]
+        for c, e in history[-limit:]
     ]
+    title = "Candidates so far" if space is None else f"Tried so far in {space} (do not write one of these again)"
     return (
-        "# Candidates so far (latest last)\nEach: the median latency with the p10 and p90 of its timed calls, the"
+        f"# {title} (latest last)\nEach: the median latency with the p10 and p90 of its timed calls, the"
         " speedup over the reference, and its weakest profile signals (1 = healthy), or why it failed.\n"
         + ("\n".join(rows) or "- none")
     )
@@ -271,6 +285,7 @@ def oa(session: Session, ctx: PlanningContext, brief: Brief, *, space: str, samp
         _target_section(session, ctx),
         _subject_section(REPAIR_HEADING if brief.repair else "Starting point", brief.subject, brief.feedback, filename),
         _failures_section(ctx) if brief.show_failures else "",
+        "" if brief.repair else _history_section(ctx, 8, space=space),
         f"# What to do\n{brief.instruction}\n\n# Implementation space {space}\n{session.context.space_rules[space]}",
         f"# Write\n{wanted} of `{filename}`: the whole file, compilable on its own with the frozen files.{independent}",
         _answer_format(OA_SCHEMA, example),

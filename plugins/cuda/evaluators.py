@@ -163,7 +163,7 @@ def fallback_profile(why: str, job: EvalJob, latency_ms: float) -> Profile:
     if job.roofline is not None:
         signals = {
             "memory_floor_fraction": min(1.0, job.roofline.memory_floor_ms / latency_ms),
-            "compute_floor_fraction": min(1.0, job.roofline.compute_floor_ms / latency_ms),
+            "compute_floor_fraction": min(1.0, job.roofline.compute_headroom_ms / latency_ms),
         }
     return Profile(source="cuda-events", signals=signals, unavailable=why)
 

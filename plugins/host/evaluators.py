@@ -193,7 +193,7 @@ class HostRun:
         roofline = job.roofline
         if roofline is not None:
             signals["memory_floor_fraction"] = min(1.0, roofline.memory_floor_ms / latency)
-            signals["compute_floor_fraction"] = min(1.0, roofline.compute_floor_ms / latency)
+            signals["compute_floor_fraction"] = min(1.0, roofline.compute_headroom_ms / latency)
             flops_per_point = roofline.flops / metrics["task_points"]
             cache_gflops = flops_per_point / metrics["cache_ns_per_point"]
             cores_in_use = max(metrics["cache_cpu_utilization_fraction"], 1.0 / cpu_cores())

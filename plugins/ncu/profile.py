@@ -26,7 +26,8 @@ Signals (all in [0, 1], 1 = healthy; the contract with `hiera_directions`):
   stencil: 49 loads per point) although DRAM sees each byte once. `cp.async` copies are not counted.
 * `pipe_utilization` (T) = the busiest of the FP64, FMA, ALU, tensor (all) and DMMA pipes,
   `sm__pipe_*_cycles_active.avg.pct_of_peak_sustained_elapsed` / 100.
-* `memory_floor_fraction`, `compute_floor_fraction` = the roofline's floor / `latency_ms`, capped at 1.
+* `memory_floor_fraction`, `compute_floor_fraction` = the roofline's floor / `latency_ms`, capped at 1 (on compute,
+  the reference's own arithmetic where the workload counts it: `Roofline.compute_headroom_ms`).
 
 Kernels are aggregated by summing counts (bytes, sectors, conflicts, time) and averaging rates and percentages
 weighted by `gpu__time_duration.sum`; launch attributes in `metrics` are those of the longest kernel.
@@ -316,7 +317,7 @@ def _signals(
         signals["pipe_utilization"] = max(pipes) / 100
     if roofline is not None and latency_ms > 0:
         signals["memory_floor_fraction"] = roofline.memory_floor_ms / latency_ms
-        signals["compute_floor_fraction"] = roofline.compute_floor_ms / latency_ms
+        signals["compute_floor_fraction"] = roofline.compute_headroom_ms / latency_ms
     return {name: min(1.0, max(0.0, value)) for name, value in signals.items()}
 
 

@@ -70,6 +70,9 @@ class TaskAnalysis:
     depends on the RNG state, so it is checked as KernelBench does, reference and candidate from one seed."""
     largest_numel: int = 0
     """Elements of the largest tensor one forward makes (an input, an intermediate or the output)."""
+    reference_flops: float = 0.0
+    """The forward's arithmetic as PyTorch's FLOP counter (`torch.utils.flop_counter`) counts it: matrix products and
+    convolutions, two a multiply-add; elementwise work is not counted."""
 
     @property
     def tensor_arguments(self) -> tuple[Argument, ...]:
@@ -142,10 +145,12 @@ def analyse(module: ModuleType) -> TaskAnalysis:
         raise TaskUnusable(f"building the model or its inputs failed: {one_line(exc)}") from None
     from hiera_plugins.cuda.runner import OpNames
 
+    from torch.utils.flop_counter import FlopCounterMode
+
     traced_on = "meta"
-    ops = OpNames()
+    ops, flops = OpNames(), FlopCounterMode(display=False)
     try:
-        with torch.no_grad(), ops:
+        with torch.no_grad(), ops, flops:
             out = model(*inputs)
     except Exception as meta_exc:  # noqa: BLE001 -- data-dependent ops (.item(), nonzero) need real data
         size = sum(t.numel() for t in inputs if isinstance(t, torch.Tensor)) + sum(t.numel() for _, _, t in state_of(model))
@@ -156,7 +161,8 @@ def analyse(module: ModuleType) -> TaskAnalysis:
             model = build_model(module, "cpu")
             torch.manual_seed(INIT_SEED)
             inputs = list(module.get_inputs())
-            with torch.no_grad(), ops:
+            ops, flops = OpNames(), FlopCounterMode(display=False)
+            with torch.no_grad(), ops, flops:
                 out = model(*inputs)
         except Exception as exc:  # noqa: BLE001
             raise TaskUnusable(f"running the reference failed: {one_line(exc)}") from None
@@ -165,7 +171,8 @@ def analyse(module: ModuleType) -> TaskAnalysis:
         raise TaskUnusable(f"its forward returns a {type(out).__name__}, not one tensor: the binding returns torch::Tensor")
     return TaskAnalysis(arguments=_arguments(module.Model.forward, inputs, model), output_shape=tuple(out.shape),
                         output_dtype=str(out.dtype).removeprefix("torch."), traced_on=traced_on, training=model.training,
-                        random=bool(ops.names & RANDOM_OPS), largest_numel=ops.largest)
+                        random=bool(ops.names & RANDOM_OPS), largest_numel=ops.largest,
+                        reference_flops=float(flops.get_total_flops()))
 
 
 def _arguments(forward, inputs: list[Any], model) -> tuple[Argument, ...]:

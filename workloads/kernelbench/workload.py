@@ -173,6 +173,11 @@ class KernelBench:
         elements = sum(_numel(a.shape) for a in analysis.tensor_arguments) + _numel(analysis.output_shape)
         return 4.0 * elements, 0.0
 
+    def reference_flops(self, task: Task, arch: str) -> float:
+        """The reference's own arithmetic, by PyTorch's FLOP counter on the meta device (`TaskAnalysis.reference_flops`):
+        the headroom quoted to a model and in the report, never a floor."""
+        return self._get(task).analysis.reference_flops
+
     def inputs(self, task: Task, arch: str) -> str:
         """The `get_inputs()` tensors with their shapes, the two distributions, the seeds, the model's state."""
         from hiera_workloads.kernelbench.harness import CALL_SEED, CHECK_SEEDS, REMEASURE_SEEDS
