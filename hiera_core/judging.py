@@ -416,6 +416,8 @@ class Runner:
         self.selector.register(self.process.stdout, selectors.EVENT_READ)
         self.last_ms: tuple[float, ...] = ()
         """Where the judge's clock went in the last order: thawing the candidate, its reply, freezing it (ms)."""
+        self.last_replied = 0.0
+        """`time.perf_counter()` when the last reply was read (CLOCK_MONOTONIC: comparable with the runner's own)."""
 
     def ask(self, order: Order, *, timeout_s: float) -> tuple[Reply, float]:
         """Send `order`; return the runner's reply and the judge's milliseconds from before the candidate was let
@@ -434,6 +436,7 @@ class Runner:
         self._pause()
         stopped = time.perf_counter()
         self.last_ms = tuple(round((b - a) * 1e3, 4) for a, b in ((started, resumed), (resumed, replied), (replied, stopped)))
+        self.last_replied = replied
         return self._parsed(text), (stopped - started) * 1e3  # the judge's own parsing is not the candidate's time
 
     def batch(self, order: BatchOrder, write: Callable[[], None], *, timeout_s: float) -> tuple[Reply, float]:
@@ -511,6 +514,19 @@ class Runner:
         if self.group is not None:
             self.group.thaw()  # a frozen v1 process dies only once thawed
         self.process.wait()
+
+
+def clock_part(runner: Runner, calls: int, null: bool, stamps: Sequence[float], probe_ms: float | None = None) -> list[float]:
+    """Where the judge's clock went in the batch `runner` just answered, for the judge's log (`clock_parts`): [calls,
+    null, thawing the candidate, to its reply, freezing it (the judge's ms); then, from the runner's `BatchDone.stamps`
+    (its claims), its calls, its time before them, after them to its reply, and its reply to the judge's read; then
+    the idle probe, where there is one]."""
+    part = [calls, int(null), *runner.last_ms]
+    if len(stamps) == 4:
+        began, calling, called, replied = stamps
+        part += [round((b - a) * 1e3, 4) for a, b in ((calling, called), (began, calling), (called, replied),
+                                                      (replied, runner.last_replied))]
+    return part + ([round(probe_ms, 4)] if probe_ms is not None else [])
 
 
 def call(runner: Runner, order: Order, *, timeout_s: float) -> tuple[CallDone, float]:

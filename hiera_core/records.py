@@ -758,6 +758,10 @@ class BatchDone:
     Empty on the host, where outputs land in the judge's places."""
     cpu_ms: list[float] = attrs.field(factory=list)
     """On the host, the CPU time of the runner's process in each call (a planning signal, a claim)."""
+    stamps: list[float] = attrs.field(factory=list)
+    """The runner's `time.perf_counter()` (CLOCK_MONOTONIC) as it began the batch, before the first call, after the
+    last (on a GPU: after the final synchronize) and before replying: a claim, only for the judge's log of where its
+    clock went (`judging.clock_part`)."""
 
 
 Reply = Ready | Loaded | Prepared | CallDone | CallFailed | BatchDone

@@ -33,12 +33,15 @@ from hiera_core.session import Session  # noqa: E402
 
 
 def median_parts(parts: list[list[float]], null: int) -> list[float]:
-    """Median [thaw, reply, freeze] ms of the batches of the most calls that are (null=1) or are not (null=0) null."""
-    chosen = [p for p in parts if p[1] == null and len(p) == 5]
+    """Median ms of each part of the judge's clock (`clock_parts` in judge.log: thaw, reply, freeze; then the runner's
+    calls, its time before them, after them to its reply, its reply to the judge's read; the idle probe) over the
+    batches of the most calls that are (null=1) or are not (null=0) null."""
+    chosen = [p for p in parts if p[1] == null and len(p) >= 5]
     if not chosen:
         return []
     most = max(p[0] for p in chosen)
-    return [round(statistics.median(p[k] for p in chosen if p[0] == most), 3) for k in (2, 3, 4)]
+    chosen = [p for p in chosen if p[0] == most]
+    return [round(statistics.median(p[k] for p in chosen), 3) for k in range(2, min(map(len, chosen)))]
 
 
 def main() -> int:
@@ -85,7 +88,8 @@ def main() -> int:
             full = sorted(row["null_full_ms"] or [0])
             print(f"{task} #{k}: {row['verdict']} {row['latency_ms']} ms (p10 {row['p10_ms']}, p90 {row['p90_ms']}), events"
                   f" {row['events_ms']}, reference {row['reference_ms']}; {row['batch_calls']} calls a batch less"
-                  f" {row['null_ms']} ms; null batches {full[0]:.3f}-{full[-1]:.3f} ms; clock [thaw, reply, freeze] null"
+                  f" {row['null_ms']} ms; null batches {full[0]:.3f}-{full[-1]:.3f} ms; clock [thaw, reply, freeze, calls,"
+                  " before, after, to the read, probe] null"
                   f" {row['null_parts']} timed {row['timed_parts']}", flush=True)
             if row["verdict"] != "Measured":
                 print(f"   {row['reason'][:600]}", flush=True)

@@ -352,9 +352,10 @@ def larger(tmp_path_factory):
 
 def test_the_honest_control_s_figure_agrees_with_its_own_timer(larger):
     """The judge's figure (its clock around batches, less null batches) is what the runner's timer said (what an honest
-    candidate measured before the figure moved out of its process) within 6%. On this project's 2-core machine the
-    judge's figure comes out 3-5% above it for this 1.4 ms kernel: the runner's own loop costs 3 us a call, so the rest
-    is a real batch's fixed cost beyond a null batch's (~3 ms a batch; not explained yet)."""
+    candidate measured before the figure moved out of its process) within 6%. On this project's 2-core machine, quiet,
+    the judge's figure came out 0.8-1.1% above it for this 1.4 ms kernel in three evaluations (2026-12-04; 3-5% in the
+    runs of 2026-12-03, with other work on the machine): a timed batch of 50 calls spends ~0.3-0.5 ms more outside the calls than the null batch
+    subtracted (its thaw, reply and freeze: the `clock_parts` in judge.log)."""
     _, _, control = larger
     claimed = control.profile.metrics["in_process_ms"]
     if control.disturbed:  # other processes on the machine: the judge's clock holds their wake-ups, the timer not
@@ -372,7 +373,8 @@ def test_a_candidate_that_halves_the_runner_s_timer_gains_nothing(larger):
         # the figure is the judge's: twice what the halved timer said, not the lie (and evaluations of the same loop
         # on this 2-core machine differ by up to ~20%, so against the control only a wide margin holds)
         assert evaluation.latency_ms >= 1.6 * evaluation.profile.metrics["in_process_ms"], evaluation.timing_bound
-        assert evaluation.latency_ms >= 0.7 * control.latency_ms, (evaluation.latency_ms, control.latency_ms)
+        if not (control.disturbed or evaluation.disturbed):  # a busy spell slows one evaluation, not the other
+            assert evaluation.latency_ms >= 0.7 * control.latency_ms, (evaluation.latency_ms, control.latency_ms)
 
 
 def test_a_worker_computing_after_the_call_returned_gains_nothing(larger):

@@ -413,7 +413,7 @@ class CudaJudge:
                            "calls": [b.calls for b in batches], "wall_ms": [round(b.wall_ms, 4) for b in batches],
                            "paired_null_ms": [round(b.null_ms, 4) if b.null_ms is not None else None for b in batches],
                            "in_process_ms": [round(statistics.fmean(b.in_process_ms), 4) for b in batches],
-                           "clock_parts": self.clock_parts}  # [calls, null, thaw, to the reply, freeze] of every batch
+                           "clock_parts": self.clock_parts}  # `judging.clock_part` of every batch
                     print(f"timing: {json.dumps(log)}", file=sys.stderr, flush=True)
                     return batches
 
@@ -487,12 +487,12 @@ class CudaJudge:
             torch.cuda.synchronize()
 
         reply, wall = self.runner.batch(BatchOrder(calls=calls, null=null), write, timeout_s=self.timeout_s * len(calls))
-        self.clock_parts.append([len(calls), int(null), *self.runner.last_ms])
         if isinstance(reply, CallFailed):
             raise (Failed(reply.reason) if reply.raised else judging.Wrong(reply.reason))
         if not isinstance(reply, BatchDone) or len(reply.in_process_ms) != len(calls) or len(reply.outputs) != len(calls):
             raise judging.RunnerGone(f"the runner answered {type(reply).__name__} to a batch of {len(calls)} calls")
         probe = self.probe()
+        self.clock_parts.append(judging.clock_part(self.runner, len(calls), null, reply.stamps, probe))
         if probes is not None:
             probes.append(probe)
         elif probe > SLICE_MS:  # the probe may have run in a time slice while the candidate's work went on

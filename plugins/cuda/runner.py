@@ -16,6 +16,7 @@ import json
 import os
 import pickle
 import sys
+import time
 from typing import Any
 
 import torch
@@ -154,9 +155,10 @@ class Runner:
         """The prepared calls back to back on the current stream, each on its place's inputs, with no wait between
         them; one device-wide synchronize at the end; then where each output lies. The outputs stay alive until the
         next batch: the judge reads them while this process is stopped."""
+        began = time.perf_counter()
         (calls, (start, end), nulls, expected), self.prepared = self.prepared, None
         torch.cuda.synchronize()
-        outs = []
+        outs, calling = [], time.perf_counter()
         start.record()
         for k, (inputs, _) in enumerate(calls):
             out = nulls[k] if nulls is not None else self.fn(*inputs)
@@ -165,6 +167,7 @@ class Runner:
             outs.append(out)
         end.record()
         torch.cuda.synchronize()
+        called = time.perf_counter()
         for out, (_, buffer) in zip(outs, calls):
             if type(out) is torch.Tensor and out.is_cuda and (out.shape, out.dtype) == expected:
                 continue  # the usual case, in a fraction of a µs: this loop is inside the judge's clock
@@ -177,7 +180,8 @@ class Runner:
                                          f" {buffer.dtype} {list(buffer.shape)}")
         self.batch_outputs = outs
         handles, places = ipc.export_all(outs)
-        return BatchDone(in_process_ms=[start.elapsed_time(end) / len(calls)] * len(calls), handles=handles, outputs=places)
+        return BatchDone(in_process_ms=[start.elapsed_time(end) / len(calls)] * len(calls), handles=handles, outputs=places,
+                         stamps=[began, calling, called, time.perf_counter()])
 
     def handle(self, order: Order) -> Reply:
         if isinstance(order, AttachOrder):

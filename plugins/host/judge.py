@@ -15,10 +15,12 @@ supplies the semantics.
 from __future__ import annotations
 
 import fcntl
+import json
 import mmap
 import os
 import secrets
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -127,6 +129,7 @@ class Judge:
         self.timeout_s = self.settings["call_timeout_s"]
         self.random = secrets.SystemRandom()  # which timed calls are checked: the candidate cannot know
         self.current = ""
+        self.clock_parts: list[list[float]] = []
         """The call the candidate is in (`judging.describe_call`), named in its `Crashed` record if it dies there."""
 
     def call(self, case: dict[str, Any], inputs: dict[str, np.ndarray], *, null: bool = False):
@@ -155,6 +158,7 @@ class Judge:
             raise judging.CandidateFailed(reply.reason, raised=reply.raised)
         if not isinstance(reply, BatchDone) or len(reply.in_process_ms) != len(calls):
             raise judging.RunnerGone(f"the runner answered {type(reply).__name__} to a batch of {len(calls)} calls")
+        self.clock_parts.append(judging.clock_part(self.runner, len(calls), null, reply.stamps))
         return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), reply.cpu_ms, placed
 
     def check(self, label: str, case, inputs, views, out, reference=None) -> float:
@@ -262,6 +266,7 @@ class Judge:
 
         batches, verdict = judging.timed_series(series, null, attempts=s["timing_attempts"],
                                                 tolerance_fraction=s["timer_tolerance"], tolerance_ms=s["timer_tolerance_ms"])
+        print(f"timing: {json.dumps({'clock_parts': self.clock_parts})}", file=sys.stderr, flush=True)  # `judging.clock_part`s
         other_cores = load.cores()
         latency = verdict.latency_ms
         busy = other_cores is not None and other_cores >= s["busy_cores"]
