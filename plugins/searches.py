@@ -95,6 +95,7 @@ class CaesarSearch:
                 instruction=instruction,
                 count=1,
                 show_failures=False,
+                show_history=False,
             )
             for tip in tips
         ]

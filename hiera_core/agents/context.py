@@ -68,6 +68,9 @@ class Brief:
     count: int
     show_failures: bool = True
     """Also show the last round's failures (a generate-and-fix lineage sees only its own)."""
+    show_history: bool = True
+    """Also list what was tried in the space so far, with results (HIERA's search; a generate-and-fix lineage sees
+    only its own feedback)."""
     repair: bool = False
     """The subject failed and is to be fixed: the prompt shows it as the candidate to repair, and each source
     written is recorded with the subject as its parent and `(repair)` after its origin."""

@@ -285,7 +285,7 @@ def oa(session: Session, ctx: PlanningContext, brief: Brief, *, space: str, samp
         _target_section(session, ctx),
         _subject_section(REPAIR_HEADING if brief.repair else "Starting point", brief.subject, brief.feedback, filename),
         _failures_section(ctx) if brief.show_failures else "",
-        "" if brief.repair else _history_section(ctx, 8, space=space),
+        _history_section(ctx, 8, space=space) if brief.show_history and not brief.repair else "",
         f"# What to do\n{brief.instruction}\n\n# Implementation space {space}\n{session.context.space_rules[space]}",
         f"# Write\n{wanted} of `{filename}`: the whole file, compilable on its own with the frozen files.{independent}",
         _answer_format(OA_SCHEMA, example),
