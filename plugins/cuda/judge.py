@@ -76,6 +76,10 @@ own wake-up: either way the candidate is not favoured)."""
 SLICE_MS = 1.5
 """Beyond this the probe may have run in a time slice of its own (~2 ms on the H200) while the candidate's work went
 on: the batch is timed again."""
+REPLY_SPIN_S = 1.0
+"""The judge polls for the runner's reply this long before it blocks (`judging.Runner`): every batch the judge times
+is shorter, so the reply is read as it comes, not ~0.1 ms later by a judge woken from sleep. The judge has a core of
+its own on a GPU machine (the candidate's are limited by its space)."""
 COMPARE_CHUNK = 2**26
 """Elements compared at a time: FP64 temporaries of 512 MiB whatever the output's size (level 1 task 38's
 output is 2.1 G elements; whole-tensor temporaries ran the H200 out of memory)."""
@@ -95,7 +99,7 @@ def main() -> None:
     torch.cuda.set_device(s["device"])
     judging.raise_priority()
     runner = judging.Runner("hiera_plugins.cuda.runner", scratch=Path.cwd(), args=[str(s["device"])],
-                            rlimit_data_bytes=s.get("memory_bytes"))
+                            rlimit_data_bytes=s.get("memory_bytes"), spin_s=REPLY_SPIN_S)
     torch.cuda.init()
     judge = None
     try:
