@@ -478,12 +478,12 @@ class Runner:
             raise self._gone("before the order") from None
 
     def _line(self, timeout_s: float) -> bytes:
-        spin_until = time.perf_counter() + min(self.spin_s, timeout_s)
-        while not self.selector.select(0):
-            if time.perf_counter() >= spin_until:
-                if not self.selector.select(max(0.0, timeout_s - min(self.spin_s, timeout_s))):
-                    raise RunnerGone(f"no reply within {timeout_s:.0f} s", timed_out=True)
-                break
+        spin_s = min(self.spin_s, timeout_s)
+        until = time.perf_counter() + spin_s
+        while time.perf_counter() < until and not self.selector.select(0):
+            pass
+        if not self.selector.select(timeout_s - spin_s):
+            raise RunnerGone(f"no reply within {timeout_s:.0f} s", timed_out=True)
         text = self.process.stdout.readline(REPLY_CHARS)
         if not text:
             raise self._gone("without a reply")
