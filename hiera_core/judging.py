@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import importlib
 import json
 import math
@@ -106,6 +107,58 @@ def device_lock(name: str):
             held = getattr(_holds, "intervals", None)
             if held is not None:
                 held.append((round(start, 4), round(time.time(), 4)))
+
+
+TIMING_CORES_FROM = 8
+"""On a machine with at least this many cores, the last two are kept for the judge that holds a device and its
+runner (`timing_cores`): the builds and judge start-ups beside them run on the others (`leave_timing_cores`), so
+a batch's wake-ups never wait for a core. With fewer, every process shares every core."""
+
+
+@functools.cache
+def _machine_cores() -> tuple[int, ...]:
+    """The cores this process may use, as it started (read once: `leave_timing_cores` narrows threads later)."""
+    return tuple(sorted(os.sched_getaffinity(0)))
+
+
+def timing_cores(cores: Sequence[int] | None = None) -> tuple[int, int] | None:
+    """(the judge's core, the runner's core) of `cores` (this process's, by default), or None below
+    `TIMING_CORES_FROM` cores."""
+    cores = sorted(_machine_cores() if cores is None else cores)
+    return (cores[-2], cores[-1]) if len(cores) >= TIMING_CORES_FROM else None
+
+
+def leave_timing_cores() -> None:
+    """Keep the calling thread, and every process it starts from now on (builds, judges before `go`), off the
+    timing cores (`timing_cores`)."""
+    kept = timing_cores()
+    if kept is not None:
+        os.sched_setaffinity(0, set(_machine_cores()) - set(kept))  # 0: the calling thread (Linux)
+
+
+def pin(pid: int | str, core: int) -> list[str]:
+    """Every thread of process `pid` ("self": this one) onto `core` (threads it starts later inherit it); why a thread could not be
+    moved, for the judge's log (a thread that ended meanwhile is not one)."""
+    failed = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(task), {core})
+        except ProcessLookupError:
+            continue
+        except OSError as exc:
+            failed.append(f"thread {task} of {pid}: {exc.strerror}")
+    return failed
+
+
+def take_timing_cores(cores: Sequence[int] | None, runner_pid: int) -> None:
+    """Judge, on `go` (it holds the device): itself onto the first of `cores` (`timing_cores` of hiera's machine)
+    and its runner onto the second; nothing where `cores` is None. Said on stderr (the judge's log)."""
+    if not cores:
+        return
+    judge_core, runner_core = cores
+    failed = pin("self", judge_core) + pin(runner_pid, runner_core)
+    print(f"timing cores: judge {judge_core}, runner {runner_core}" + (f"; not moved: {failed}" if failed else ""),
+          file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

@@ -188,6 +188,25 @@ def test_a_candidate_timed_while_other_processes_keep_the_cores_busy_is_marked_a
     assert "timing disturbed: other processes kept" in profile_summary(evaluation, {})
 
 
+def test_on_eight_cores_or_more_the_judge_that_holds_the_device_and_its_runner_get_two_cores_of_their_own():
+    from hiera_core import judging
+
+    assert judging.timing_cores(range(16)) == (14, 15) and judging.timing_cores([0, 2, 5, 7, 9, 11, 12, 13]) == (12, 13)
+    assert judging.timing_cores(range(4)) is None  # a small machine: every process shares every core
+    core = max(os.sched_getaffinity(0))
+    threads = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
+                                "for _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+                                "print('up', flush=True); time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert threads.stdout.readline() == "up\n"
+        assert judging.pin(threads.pid, core) == []
+        tasks = os.listdir(f"/proc/{threads.pid}/task")
+        assert len(tasks) == 4 and all(os.sched_getaffinity(int(t)) == {core} for t in tasks)
+    finally:
+        threads.kill()
+        threads.wait()
+
+
 def test_the_cuda_judge_reads_the_gpus_state_where_nvml_can_and_goes_without_elsewhere():
     torch = pytest.importorskip("torch")
     from hiera_plugins.cuda.judge import device_state

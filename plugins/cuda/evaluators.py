@@ -10,7 +10,7 @@ from typing import ClassVar
 import attrs
 
 from hiera_core import EvalJob, StagePassed
-from hiera_core.judging import StartedJudge, device_lock
+from hiera_core.judging import StartedJudge, device_lock, timing_cores
 from hiera_core.records import CompileFailed, Evaluation, JudgeRequest, Judged, Profile, StaticRejected
 
 from hiera_plugins.cuda import checks
@@ -138,7 +138,7 @@ class CudaRun:
             workload_factory=job.workload_factory, workload_config=job.workload_config, task=job.task,
             remeasure=job.remeasure,
             settings={**attrs.asdict(self.config), "compile_baseline": compile_baseline, "memory_bytes": memory,
-                      "reference_ms": job.reference_ms},
+                      "reference_ms": job.reference_ms, "timing_cores": timing_cores()},
         )
         timeout_s = self.config.timeout_s + (self.config.compile_baseline_timeout_s if compile_baseline else 0.0)
         return StartedJudge("hiera_plugins.cuda.judge", request, workdir=job.workdir, timeout_s=timeout_s,

@@ -105,6 +105,7 @@ def main() -> None:
     try:
         runner.started(timeout_s=s["timeout_s"])
         library = judging.wait_for_go()
+        judging.take_timing_cores(s.get("timing_cores"), runner.process.pid)
         judge = CudaJudge(harness, request, runner)
         result = judge.evaluate(library)
     except judging.RunnerGone as exc:
