@@ -178,22 +178,31 @@ def test_slow_calls_are_timed_until_the_budget_by_the_judges_clock():
     assert not done(_batches([300.0] * 4, calls=2))  # never fewer than min_repeats calls
 
 
-def test_calls_rotate_over_places_of_their_own_within_a_memory_cap():
+def test_calls_rotate_over_places_of_their_own_within_the_gpus_free_memory():
     """The judge's calls rotate over several places for inputs and output, so that one process's figure is not
     one placement's; each place has pages of its own, the inputs at another offset against the output each time;
-    a task too large for several places within the cap gets one."""
-    from hiera_plugins.cuda.judge import ALIGN, PLACEMENT_BYTES, places
+    a task too large for several places beside what its checks need gets one, and one too large for that says so
+    (before the candidate is loaded) instead of running the GPU out of memory in a timed call."""
+    from hiera_plugins.cuda.judge import ALIGN, PLACEMENT_BYTES, memory_plan
 
+    gib = 2**30
+    free = 137 * gib  # an H200's, with the judge's and the runner's contexts up
     grid = 10240 * 10240 * 8  # stencil2d's task: one FP64 grid in, one out
-    count, in_stride, out_stride = places(grid, grid, 4)
-    assert count == 4
-    starts = [(k * in_stride, k * out_stride) for k in range(count)]
+    plan = memory_plan(grid, grid, 2 * grid, free, 4)
+    assert plan.places == 4
+    starts = [(k * plan.in_stride, k * plan.out_stride) for k in range(plan.places)]
     assert all(b[0] - a[0] >= grid and b[1] - a[1] >= grid for a, b in zip(starts, starts[1:]))  # no overlap
-    assert len({(i - o) % 2**21 for i, o in starts}) == count  # the input lies elsewhere against the output each time
+    assert len({(i - o) % 2**21 for i, o in starts}) == plan.places  # the input lies elsewhere against the output each time
     assert all(i % ALIGN == 0 and o % ALIGN == 0 for i, o in starts)
-    assert places(grid, grid, 1)[0] == 1 and places(100, 4, 4)[0] == 4
-    assert places(PLACEMENT_BYTES // 3, PLACEMENT_BYTES // 3, 4)[0] == 1  # never more than the cap, never none
-    assert places(PLACEMENT_BYTES, PLACEMENT_BYTES, 4)[0] == 1
+    assert memory_plan(grid, grid, 0, free, 1).places == 1 and memory_plan(100, 4, 0, free, 4).places == 4
+    assert memory_plan(PLACEMENT_BYTES // 3, PLACEMENT_BYTES // 3, 0, free, 4).places == 1  # the cap: 64 GiB of places
+    assert memory_plan(44 * gib, 12 * gib, 0, free, 4).places == 1  # one place over the cap: one, where it fits
+    # KernelBench level 1 task 36 (RMSNorm, 7.5 GiB in and out; its FP64 reference works in ~45 GiB): two places
+    # (30 GiB here, 15 in the runner) beside 83.5 GiB for a check
+    assert memory_plan(int(7.5 * gib), int(7.5 * gib), 45 * gib, free, 1024).places == 2
+    assert memory_plan(int(7.5 * gib), int(7.5 * gib), 45 * gib, free - 40 * gib, 1024).places == 0
+    too_large = memory_plan(20 * gib, 20 * gib, 80 * gib, free, 1024)
+    assert too_large.places == 0 and "is more than the 137.0 GiB free" in too_large.why, too_large.why
 
 
 def test_outputs_are_compared_in_chunks_with_the_same_verdict():

@@ -102,3 +102,26 @@ def test_a_task_where_pytorch_itself_misses_the_tolerance_accepts_what_pytorch_c
     verdicts = verdicts_of(tmp_path, "1_Shifted_variance", {"seed": seed, "wrong": wrong})
     assert '"kind": "measured"' in verdicts["seed"], verdicts["seed"]
     assert '"kind": "incorrect"' in verdicts["wrong"], verdicts["wrong"]
+
+
+def test_a_task_with_gigabytes_of_inputs_is_judged_within_the_gpus_memory(tmp_path):
+    """Shaped as KernelBench's level 1 task 36 (RMSNorm over one 7.5 GiB input): its seed crashed in timed call 9,
+    out of GPU memory, where the judge took 64 GiB of places and held the FP64 reference of its timing input (H200,
+    2026-12-03). Now the places fit beside a check's needs and the seed is Measured, with the memory it took."""
+    import json
+
+    from test_kernelbench import one_task_checkout
+
+    one_task_checkout(tmp_path / "kb", 2, "1_RMSNorm_large", init="pass",
+                      forward="return x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)",
+                      inputs="torch.rand(112, 64, 512, 512)")
+    from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
+
+    w = KernelBench(KernelBenchConfig(root=str(tmp_path / "kb"), level=2))
+    [task] = w.tasks()
+    output = verdicts_of(tmp_path, "1_RMSNorm_large", {"seed": w.seed(task, "cuda")[0]})["seed"]
+    assert '"kind": "measured"' in output, output
+    conditions = json.loads(output[output.index("{"): output.rindex("}") + 1])["evaluation"]["conditions"]
+    print({k: v for k, v in conditions.items() if k.startswith("memory_")})
+    assert conditions["memory_places"] >= 1
+    assert conditions["memory_device_used_peak_gib"] < conditions["memory_total_gib"]

@@ -95,7 +95,8 @@ class CudaRunConfig:
     min_repeats: int = 10
     placements: int = 1024
     """Places in GPU memory for a call's inputs and output (fewer where the buffers of a large task would take more
-    than 64 GiB with the outputs a batch holds), each with pages of its own and at another offset: a timed batch has one place per call (so its
+    than 64 GiB with the outputs a batch holds, or more than the GPU's free memory holds beside what a check needs:
+    `judge.memory_plan`), each with pages of its own and at another offset: a timed batch has one place per call (so its
     inputs are all written, and never seen, before it starts), and the calls rotate over them, so a cache keyed by
     addresses has nothing stable to key on."""
     timing_attempts: int = 3

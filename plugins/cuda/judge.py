@@ -46,6 +46,7 @@ from hiera_core.records import (
     BufferView,
     CallFailed,
     CallOrder,
+    Crashed,
     Incorrect,
     JudgeAnswer,
     JudgeRequest,
@@ -61,6 +62,10 @@ ALIGN = 256
 PLACEMENT_BYTES = 64 * 2**30
 """At most this much GPU memory for the places of a timed batch (each place's inputs and output, and the runner's output
 of its call): a task whose buffers are larger gets fewer places (one, if one alone is larger)."""
+LARGE_PLACE_BYTES = 2**30
+"""A place at least this large (inputs and output) makes the judge hand its references' memory back to the device
+after every checked batch (`torch.cuda.empty_cache`): it would otherwise stay in this process's cache, where the
+runner cannot use it."""
 PLACE_ALIGN = 2**21
 STAGGER = 2**16
 """Each input place starts this much further past a 2 MiB boundary than the one before (the output places do
@@ -182,13 +187,42 @@ def _aligned(n: int, align: int = ALIGN) -> int:
     return (n + align - 1) // align * align
 
 
-def places(in_bytes: int, out_bytes: int, wanted: int) -> tuple[int, int, int]:
-    """(places, input stride, output stride): how many places the calls rotate over, for inputs of `in_bytes`
-    and an output of `out_bytes`, and how far apart they lie; `wanted` at most, within `PLACEMENT_BYTES`."""
+def _gib(n: float) -> float:
+    return round(n / 2**30, 3)
+
+
+def shaped(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor's shape and dtype without its memory (the meta device)."""
+    return torch.empty(tensor.shape, dtype=tensor.dtype, device="meta")
+
+
+@attrs.frozen
+class MemoryPlan:
+    places: int
+    """How many places the calls rotate over; 0: not even one fits (`why`)."""
+    in_stride: int
+    out_stride: int
+    why: str = ""
+
+
+def memory_plan(in_bytes: int, out_bytes: int, working: int, free: int, wanted: int) -> MemoryPlan:
+    """Places for inputs of `in_bytes` and an output of `out_bytes` (`wanted` at most, within `PLACEMENT_BYTES`) in the
+    `free` bytes of the GPU, beside what the evaluation needs outside them: a check's fresh inputs and its reference
+    (`working`: what computing one took beyond its inputs, its FP64 output included), the candidate's own working
+    memory (half as much: an FP32 forward's intermediates, which the runner's allocator keeps while the judge checks),
+    PyTorch's baseline output and the comparison's chunks. A place is its inputs and output here and the runner's
+    output of its call."""
     in_stride = _aligned(max(in_bytes, ALIGN), PLACE_ALIGN) + STAGGER
     out_stride = _aligned(max(out_bytes, ALIGN), PLACE_ALIGN)
-    # a timed batch also holds the runner's own output of each call
-    return max(1, min(wanted, PLACEMENT_BYTES // (in_stride + 2 * out_stride))), in_stride, out_stride
+    per_place = in_stride + 2 * out_stride
+    reserve = in_bytes + working + working // 2 + out_bytes + 2 * COMPARE_CHUNK * 8
+    fits = max(0, free - reserve) // per_place
+    if fits == 0:
+        return MemoryPlan(0, in_stride, out_stride,
+                          f"one place ({_gib(per_place)} GiB: inputs {_gib(in_bytes)}, the output twice {_gib(2 * out_bytes)})"
+                          f" beside {_gib(reserve)} GiB for a check (fresh inputs, the reference's {_gib(working)} GiB of working"
+                          f" memory, the candidate's half as much) is more than the {_gib(free)} GiB free")
+    return MemoryPlan(min(fits, max(1, min(wanted, PLACEMENT_BYTES // per_place))), in_stride, out_stride)
 
 
 class CudaJudge:
@@ -215,12 +249,24 @@ class CudaJudge:
 
     # --- the buffers ------------------------------------------------------------------------------
 
-    def attach(self, cases: list[tuple]) -> None:
-        """Allocate the two buffers, each with `placements` places for the largest inputs and output of `cases`,
-        and hand them to the runner. Every call goes to the next place (`CudaRunConfig.placements`)."""
-        in_bytes = max(sum(_aligned(t.numel() * t.element_size()) for t in inputs) for _, inputs, _ in cases)
-        out_bytes = max(ref.numel() * torch.empty((), dtype=self.out_dtype).element_size() for _, _, ref in cases)
-        self.place_count, self.in_stride, self.out_stride = places(in_bytes, out_bytes, self.s["placements"])
+    def attach(self, cases: list[tuple]) -> Crashed | None:
+        """Allocate the two buffers, each with `placements` places for the largest inputs and output of `cases`
+        ((inputs, reference) pairs; what the references took beyond them is still in the peak statistics), as many as
+        the GPU's free memory holds beside what the rest of the evaluation needs (`memory_plan`), and hand them to the
+        runner. Every call goes to the next place (`CudaRunConfig.placements`). Where not even one place fits, why
+        (before the candidate is loaded)."""
+        in_bytes = max(sum(_aligned(t.numel() * t.element_size()) for t in inputs) for inputs, _ in cases)
+        out_bytes = max(ref.numel() * torch.empty((), dtype=self.out_dtype).element_size() for _, ref in cases)
+        working = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()  # a reference's own, beyond its inputs
+        torch.cuda.empty_cache()  # what the references took goes back to the device: the runner may need it
+        free, total = torch.cuda.mem_get_info()
+        plan = memory_plan(in_bytes, out_bytes, working, free, self.s["placements"])
+        self.memory = {"free_at_start_gib": _gib(free), "total_gib": _gib(total), "reference_working_gib": _gib(working),
+                       "places": plan.places}
+        if plan.places == 0:
+            return Crashed(reason=f"the task does not fit in the GPU's memory: {plan.why}", case="the judge's buffers,"
+                           " before the candidate was loaded")
+        self.place_count, self.in_stride, self.out_stride = plan.places, plan.in_stride, plan.out_stride
         self.place_index = 0
         self.inputs_arena = torch.empty(self.place_count * self.in_stride, dtype=torch.uint8, device="cuda")
         self.output_arena = torch.empty(self.place_count * self.out_stride, dtype=torch.uint8, device="cuda")
@@ -228,6 +274,14 @@ class CudaJudge:
         reply, _ = self.runner.ask(AttachOrder(handles=handles, places=self.place_count), timeout_s=self.timeout_s)
         if not isinstance(reply, Loaded):
             raise judging.RunnerGone(f"the runner could not open the judge's buffers: {reply}")
+        return None
+
+    def note_memory(self) -> None:
+        """The device's memory in use now (every process's) and this judge's own, at their highest so far
+        (`Judged.conditions`): read after a batch, outside the clock."""
+        free, total = torch.cuda.mem_get_info()
+        self.memory["device_used_peak_gib"] = max(self.memory.get("device_used_peak_gib", 0.0), _gib(total - free))
+        self.memory["judge_reserved_peak_gib"] = _gib(torch.cuda.max_memory_reserved())
 
     def layout(self, inputs: list[torch.Tensor], reference: torch.Tensor) -> tuple[dict[str, BufferView], BufferView]:
         """Where the next place holds inputs shaped as `inputs` and an output shaped as `reference`; nothing written."""
@@ -326,14 +380,17 @@ class CudaJudge:
                 for distribution in h.distributions[:1] if large else h.distributions:
                     checks.append((f"{case['label']} seed {seed} {distribution}", case, seed, distribution))
         timing_case = h.timing_case()
+        torch.cuda.reset_peak_memory_stats()
         sample = h.make_inputs(timing_case, seeds[0], h.distributions[0])
-        timing_reference = h.reference(timing_case, sample)
-        sizes = [(timing_case, sample, timing_reference)]
+        timing_reference = shaped(h.reference(timing_case, sample))  # its shape: each check computes its own
+        sizes = [(sample, timing_reference)]
         for _, case, seed, distribution in checks:
             if case != timing_case:
                 inputs = h.make_inputs(case, seed, distribution)
-                sizes.append((case, inputs, h.reference(case, inputs)))
-        self.attach(sizes)
+                sizes.append(([shaped(t) for t in inputs], shaped(h.reference(case, inputs))))
+                del inputs
+        if failed := self.attach(sizes):
+            return failed
         del sizes
         self.mark("buffers")
 
@@ -360,6 +417,8 @@ class CudaJudge:
             reference = h.reference(case, inputs)
             largest = max(largest, self.checked_call(label, inputs, reference, flush=False)[2])
             labels.append(label)
+        inputs = reference = None
+        torch.cuda.empty_cache()  # the references' blocks back to the device, for the runner's outputs
         self.mark("correctness")
 
         checked = count = busy = 0
@@ -396,6 +455,8 @@ class CudaJudge:
                 largest = max(largest, self.check(f"timed call {first + k} (fresh inputs)", again, views, target,
                                                   h.reference(timing_case, again)))
                 checked += 1
+            if self.in_stride + self.out_stride >= LARGE_PLACE_BYTES:
+                torch.cuda.empty_cache()  # a large task's references go back to the device at once
             views_in = [views for views, _ in placed]
             if s.get("reference_ms") is None and (len(reference_times) < s["min_reference_repeats"] or sum(reference_times) < budget_ms):
                 reference_times.extend([self.judge_batch(self.baseline, views_in)] * n)
@@ -454,7 +515,8 @@ class CudaJudge:
             compiled_reference_note=compiled_note,
             conditions={**{f"{k}_start": v for k, v in before.items()}, **{f"{k}_end": v for k, v in after.items()},
                         "batch_calls": calls, "protocol_ms_per_batch": round(null.cost_ms(calls), 4),
-                        "in_process_ms": round(statistics.median(statistics.fmean(b.in_process_ms) for b in batches), 6)},
+                        "in_process_ms": round(statistics.median(statistics.fmean(b.in_process_ms) for b in batches), 6),
+                        **{f"memory_{k}": v for k, v in self.memory.items()}},
         )
 
     # --- timed batches ----------------------------------------------------------------------------
@@ -505,6 +567,7 @@ class CudaJudge:
         elif probe > self.probe_limit_ms:  # the GPU was busy (or the judge slow): the wait counts as the candidate's
             wall += probe - self.probe_idle_ms
         self.collect(reply.handles, reply.outputs, [target for _, target in placed])
+        self.note_memory()
         return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), placed
 
     def idle(self) -> bool:

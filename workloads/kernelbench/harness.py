@@ -81,9 +81,6 @@ class KernelBenchHarness:
         shapes = ", ".join(str(list(a.shape)) for a in self.analysis.arguments if a.role == "input")
         return [{"label": f"KernelBench shape {shapes}", "first_seed_only": self.large}]
 
-    def timing_sets(self, requested: int) -> int:
-        return 1 if self.large else requested
-
     def timing_case(self) -> dict[str, Any]:
         return self.correctness_cases(False)[0]
 
