@@ -150,15 +150,17 @@ def pin(pid: int | str, core: int) -> list[str]:
     return failed
 
 
-def take_timing_cores(cores: Sequence[int] | None, runner_pid: int) -> None:
+def take_timing_cores(cores: Sequence[int] | None, runner: Runner) -> None:
     """Judge, on `go` (it holds the device): itself onto the first of `cores` (`timing_cores` of hiera's machine)
-    and its runner onto the second; nothing where `cores` is None. Said on stderr (the judge's log)."""
+    and its runner's group onto the second (its cpuset: whatever threads the candidate starts; where the group has
+    none, the runner's threads); nothing where `cores` is None. Said on stderr (the judge's log)."""
     if not cores:
         return
     judge_core, runner_core = cores
-    failed = pin("self", judge_core) + pin(runner_pid, runner_core)
-    print(f"timing cores: judge {judge_core}, runner {runner_core}" + (f"; not moved: {failed}" if failed else ""),
-          file=sys.stderr, flush=True)
+    held = runner.group is not None and runner.group.hold_to_core(runner_core)
+    failed = pin("self", judge_core) + ([] if held else pin(runner.process.pid, runner_core))
+    print(f"timing cores: judge {judge_core}, runner {runner_core} ({'its cgroup' if held else 'its threads'})"
+          + (f"; not moved: {failed}" if failed else ""), file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

@@ -347,6 +347,17 @@ class CandidateGroup:
             self.files = os.open(self.state, os.O_WRONLY | os.O_CLOEXEC), os.open(shown, os.O_RDONLY | os.O_CLOEXEC)
         return self.files
 
+    def hold_to_core(self, core: int) -> bool:
+        """Every process and thread of the group, and any it starts, on `core` alone, by the kernel (its cpuset);
+        False where the group has no cpuset or the kernel refused it."""
+        files = [d / "cpuset.cpus" for d in self.dirs if (d / "cpuset.cpus").exists()]
+        try:
+            for file in files:
+                file.write_text(str(core))
+        except OSError:
+            return False
+        return bool(files)
+
     def paths(self) -> list[str]:
         return [str(d) for d in self.dirs]
 

@@ -207,6 +207,34 @@ def test_on_eight_cores_or_more_the_judge_that_holds_the_device_and_its_runner_g
         threads.wait()
 
 
+def test_the_runner_s_cgroup_holds_every_thread_it_starts_to_the_runner_s_timing_core():
+    from hiera_core import sandbox
+
+    kind = sandbox.protection().cgroup
+    if kind is None or not sandbox.protection().cores_limit:
+        pytest.skip("no cgroup with a cpuset here")
+    cgroup = sandbox.Cgroup(kind, None, sandbox.CandidateLimits())
+    try:
+        spec = json.loads(cgroup.candidate_variable()[sandbox.CANDIDATE_GROUP_VARIABLE])
+        group = sandbox.CandidateGroup(spec["kind"], spec["dirs"])
+        child = subprocess.Popen([sys.executable, "-c", "import os, sys, threading, time\n"
+                                  "sys.stdin.readline()\n"  # starts its threads once the group is held
+                                  "for _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+                                  "print(os.sched_getaffinity(0), flush=True); time.sleep(30)"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=group.enter)
+        core = max(os.sched_getaffinity(0))
+        assert group.hold_to_core(core)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == str({core})
+        tasks = os.listdir(f"/proc/{child.pid}/task")
+        assert len(tasks) == 4 and all(os.sched_getaffinity(int(t)) == {core} for t in tasks)
+        child.kill()
+        child.wait()
+    finally:
+        cgroup.destroy()
+
+
 def test_the_cuda_judge_reads_the_gpus_state_where_nvml_can_and_goes_without_elsewhere():
     torch = pytest.importorskip("torch")
     from hiera_plugins.cuda.judge import device_state

@@ -84,7 +84,8 @@ on: the batch is timed again."""
 REPLY_SPIN_S = 1.0
 """The judge polls for the runner's reply this long before it blocks (`judging.Runner`): every batch the judge times
 is shorter, so the reply is read as it comes, not ~0.1 ms later by a judge woken from sleep. It costs one core while
-the judge holds the device (the host judge, whose candidates are timed on the CPU, does not poll)."""
+the judge holds the device: its own, on a machine of 8 cores or more (`judging.timing_cores`). The host judge, whose
+candidates are timed on the CPU, does not poll."""
 COMPARE_CHUNK = 2**26
 """Elements compared at a time: FP64 temporaries of 512 MiB whatever the output's size (level 1 task 38's
 output is 2.1 G elements; whole-tensor temporaries ran the H200 out of memory)."""
@@ -110,7 +111,7 @@ def main() -> None:
     try:
         runner.started(timeout_s=s["timeout_s"])
         library = judging.wait_for_go()
-        judging.take_timing_cores(s.get("timing_cores"), runner.process.pid)
+        judging.take_timing_cores(s.get("timing_cores"), runner)
         judge = CudaJudge(harness, request, runner)
         result = judge.evaluate(library)
     except judging.RunnerGone as exc:
