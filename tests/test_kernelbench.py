@@ -75,6 +75,17 @@ def test_loadable_tasks_are_offered_and_the_others_have_one_line_reasons():
     assert "running the reference failed" in w2.failures()["2_Shape_mismatch"]
 
 
+def test_a_sample_is_drawn_by_its_seed_from_the_selection_not_by_hand():
+    def drawn(sample, seed, tasks=""):
+        w = KernelBench(KernelBenchConfig(root=str(ROOT), level=1, tasks=tasks, sample=sample, sample_seed=seed))
+        return [t.name for t in w.tasks()] + sorted(w.failures())
+
+    assert drawn(3, 7) == drawn(3, 7) and len(drawn(3, 7)) == 3  # the same seed, the same tasks (a failure counts)
+    assert len({tuple(drawn(2, seed)) for seed in range(12)}) > 1  # another seed, another draw
+    assert set(drawn(2, 5, tasks="1-2,4")) <= {"1_Tiny_matmul", "2_Tiny_ReLU", "4_Scale_by_scalar"}
+    assert len(drawn(9, 1)) == 5  # more than there are: all of them
+
+
 def test_selection_by_ids_ranges_and_names():
     assert list(by_name(workload(1, "1-2,5"))) == ["1_Tiny_matmul", "2_Tiny_ReLU", "5_Softmax_of_sum"]
     assert list(by_name(workload(1, "tiny_relu, 4_Scale_by_scalar"))) == ["2_Tiny_ReLU", "4_Scale_by_scalar"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,6 +29,11 @@ class KernelBenchConfig:
     level: int = 1
     tasks: str = ""
     """Ids, ranges and names, comma-separated (`1-10,17,Conv2D_ReLU_BiasAdd`); empty: every task of the level."""
+    sample: int = 0
+    """Draw this many of the selected tasks at random (`sample_seed`), not chosen by hand; 0: all of them."""
+    sample_seed: int = 0
+    """The seed of that draw (Python's `random.Random(seed).sample` over the selection in id order): the same seed,
+    checkout and selection give the same tasks."""
     rtol: float = 1e-4
     atol: float = 1e-4
     """KernelBench's FP32 tolerance (1e-4, `get_tolerance_for_precision`; its versions 0 and 0.1 used 1e-2)."""
@@ -35,6 +41,8 @@ class KernelBenchConfig:
     def __attrs_post_init__(self) -> None:
         if self.level not in (1, 2, 3):
             raise ValueError(f"workload.kernelbench: level must be 1, 2 or 3, got {self.level}")
+        if self.sample < 0:
+            raise ValueError(f"workload.kernelbench: sample must be >= 0, got {self.sample}")
 
 
 @attrs.frozen(kw_only=True)
@@ -80,7 +88,10 @@ class KernelBench:
             return self._loaded
         files = sorted((int(m.group(1)), m.group(2), path) for path in directory.iterdir()
                        if (m := TASK_FILE.match(path.name)))
-        for task_id, name, path in self._select(files):
+        chosen = self._select(files)
+        if self.config.sample and self.config.sample < len(chosen):  # drawn before loading: a task that fails is a failure
+            chosen = sorted(random.Random(self.config.sample_seed).sample(chosen, self.config.sample))
+        for task_id, name, path in chosen:
             stem = path.stem
             try:
                 module = load_task_module(path)
