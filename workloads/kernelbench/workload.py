@@ -32,8 +32,9 @@ class KernelBenchConfig:
     sample: int = 0
     """Draw this many of the selected tasks at random (`sample_seed`), not chosen by hand; 0: all of them."""
     sample_seed: int = 0
-    """The seed of that draw (Python's `random.Random(seed).sample` over the selection in id order): the same seed,
-    checkout and selection give the same tasks."""
+    """The seed of that draw (`random.Random(f"{seed}:level{level}").sample` over the selection in id order: each
+    level draws on its own, so one seed does not pick the same ids on every level): the same seed, level, checkout
+    and selection give the same tasks."""
     rtol: float = 1e-4
     atol: float = 1e-4
     """KernelBench's FP32 tolerance (1e-4, `get_tolerance_for_precision`; its versions 0 and 0.1 used 1e-2)."""
@@ -90,7 +91,8 @@ class KernelBench:
                        if (m := TASK_FILE.match(path.name)))
         chosen = self._select(files)
         if self.config.sample and self.config.sample < len(chosen):  # drawn before loading: a task that fails is a failure
-            chosen = sorted(random.Random(self.config.sample_seed).sample(chosen, self.config.sample))
+            draw = random.Random(f"{self.config.sample_seed}:level{self.config.level}")  # each level its own draw
+            chosen = sorted(draw.sample(chosen, self.config.sample))
         for task_id, name, path in chosen:
             stem = path.stem
             try:
