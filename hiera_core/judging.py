@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -802,6 +803,7 @@ def serve(handle: Callable[[Order], Reply]) -> None:
         try:
             reply = handle(order)
         except Exception as exc:  # noqa: BLE001 -- the candidate's failure is the judge's to record
+            traceback.print_exc()  # into the log whose end the Crashed record carries (`stderr_tail`): where it raised
             reply = CallFailed(reason=f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:400]}", raised=True)
         channel.write(json.dumps(to_dict(reply, Reply)) + "\n")
         channel.flush()

@@ -193,3 +193,23 @@ def test_a_repair_is_asked_only_when_the_failed_candidate_s_strategy_continues(k
     ctx = SimpleNamespace(round=2, plans=[_plan(1, last_direction)], history=[(failed, failure)])
     target = repair_target(SimpleNamespace(repairs=repairs), ctx, _plan(2, "M"), k)
     assert target == ((failed, failure) if expected else None)
+
+
+def test_a_call_that_raises_leaves_its_backtrace_in_the_runner_s_log():
+    """A cuda candidate's C++ error arrives as a Python exception in its runner: the reply names it in one line, and
+    the backtrace goes to the runner's stderr, whose end the Crashed record and the model's feedback carry."""
+    import json
+    import subprocess
+    import sys
+
+    from hiera_core.records import Order, StartBatch
+    from hiera_core.serialization import to_dict
+
+    code = ("from hiera_core import judging\n"
+            "def candidate_call(order):\n    raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
+            "judging.serve(candidate_call)\n")
+    done = subprocess.run([sys.executable, "-c", code], input=json.dumps(to_dict(StartBatch(), Order)) + "\n",
+                          capture_output=True, text=True, timeout=60)
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert replies[-1]["raised"] is True and "illegal memory access" in replies[-1]["reason"], replies
+    assert "Traceback" in done.stderr and "in candidate_call" in done.stderr, done.stderr

@@ -132,6 +132,9 @@ def test_the_toolchain_a_prompt_states_is_versions_and_flags_not_this_machine_s_
     assert f"torch: {toolchain['torch']}" in line and "arch_list: 9.0a" in line and "cuda_cflags: -O3" in line, line
     assert str(tmp_path) not in line and "cache_dir" not in line, line
     assert toolchain["cuda_home"] not in line or not toolchain["cuda_home"].startswith("/"), line
+    mixed = built_with({"nvcc": "12.8", "cuda_home": "None", "cuda_cflags": ["-O3", "-I/opt/cutlass/include", "--x=~/y"],
+                        "extra": "/srv/cache", "flags": "-DFOO -Wall"})
+    assert mixed == "nvcc: 12.8; cuda_cflags: -O3; flags: -DFOO -Wall", mixed
 
 
 def test_no_host_prompt_speaks_of_gpu_hardware_outside_the_space_names_and_the_task_s_gpu_size(host_run):

@@ -8,6 +8,7 @@ toolchain, a workload's contract)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,13 +57,18 @@ def _target_section(session: Session, ctx: PlanningContext) -> str:
 def built_with(toolchain: dict[str, Any]) -> str:
     """The toolchain as the prompts state it: what a file is built with (versions, flags), not where things lie on this
     machine. Paths (a cache folder, an install root, include folders) tell a model nothing it can use, and a prompt
-    leaves the machine for the model's provider: a value that is a path, or a list of paths, or empty is left out."""
-    def path(value: Any) -> bool:
-        return isinstance(value, str) and value.startswith(("/", "~"))
+    leaves the machine for the model's provider: a value or a list's item that names a path (`/opt/...`, `-I/usr/...`,
+    `--flag=~/...`) is left out, and so is what is empty or unknown ("None")."""
+    def shown(value: Any) -> bool:
+        return value not in ("", [], None, "None") and not (isinstance(value, str) and PATH_IN_TEXT.search(value))
 
-    shown = {k: v for k, v in toolchain.items()
-             if v not in ("", [], None) and not path(v) and not (isinstance(v, list) and all(map(path, v)))}
-    return "; ".join(f"{k}: {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in shown.items())
+    kept = {k: [x for x in v if shown(x)] if isinstance(v, list) else v for k, v in toolchain.items()}
+    return "; ".join(f"{k}: {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in kept.items() if shown(v))
+
+
+PATH_IN_TEXT = re.compile(r"(^|[\s=:,]|^-\w)[/~]")
+"""Where a text names a path of this machine: `/` or `~` at its start, after a space, `=`, `:` or `,`, or after a
+one-letter flag (`-I/usr/include`)."""
 
 
 def _peaks(ctx: PlanningContext, margin: float) -> str:
