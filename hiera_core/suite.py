@@ -3,20 +3,25 @@ distribution per implementation-space policy), computed from the run directories
 
 A suite is any set of run directories, one task and one space policy each (a batch from
 `hiera run --all-tasks` is one folder of them). Runs group by workload and level (KernelBench's level, when
-the task has one) and by space policy (`run.space`: adaptive, or a fixed space).
+the task has one), by planner (the search strategy and the backend that answered it) and by space policy
+(`run.space`: adaptive, or a fixed space). Shares and speedups come with 95% bootstrap intervals over the tasks
+of a row, and two planners run on the same tasks are compared task by task (a paired bootstrap).
 """
 
 from __future__ import annotations
 
+import math
+import random
 import statistics
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
 
 from hiera_core import records
 from hiera_core.records import Measured
-from hiera_core.report import BUDGETS, compiled_reference, fast_p, save_figure
+from hiera_core.report import BUDGETS, agent_costs, compiled_reference, fast_p, save_figure, timeline
 from hiera_core.store import MANIFEST, RunDirError, RunStore
 
 
@@ -28,6 +33,8 @@ class TaskResult:
     """`workload` or `workload level N`."""
     policy: str
     """The run's space policy: `adaptive` or a fixed space."""
+    planner: str = "hiera, expert"
+    """The run's search strategy and the backend that answered its requests (`hiera, exchange`)."""
     task: str
     run_dir: Path
     evaluated: int
@@ -42,10 +49,26 @@ class TaskResult:
     """The reference under `torch.compile`, from the final re-measurement (None where not measured)."""
     finished: bool = True
     """False for a run that stopped before its end (killed, a time limit): it is listed, not counted."""
+    answers: int = 0
+    """Agent calls that spent the backend's work (those answered from the answer cache are not counted)."""
+    device_s: float = 0.0
+    """How long the run's evaluations held the device (the union of their holds)."""
+
+    @property
+    def final_speedup(self) -> float | None:
+        """The winner's re-measured speedup over the eager reference (None without a valid candidate)."""
+        return self.reference_ms / self.best_ms if self.best_ms and self.reference_ms else None
+
+    @property
+    def compiled_speedup(self) -> float | None:
+        """The winner's speedup over the reference under torch.compile (None where either is missing)."""
+        return self.compiled_ms / self.best_ms if self.best_ms and self.compiled_ms else None
 
 
 NOISE = 1.05
 """A speedup below this is within what timing noise can give: reported beside fast_1, which counts any speedup > 1."""
+RESAMPLES = 10_000
+"""Bootstrap resamples of a row's tasks for each 95% interval (drawn from a fixed seed: a report is reproducible)."""
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -74,9 +97,13 @@ def task_result(store: RunStore, budgets: tuple[int, ...] = BUDGETS) -> TaskResu
     best = finished.remeasured if finished is not None and isinstance(finished.remeasured, Measured) else None
     best = best or min(measured, key=lambda m: m.latency_ms, default=None)
     compiled = compiled_reference(store.events)
+    run = manifest.config.get("run", {})
+    line = timeline(store.events, store.times)
+    calls = agent_costs(store.events)
     return TaskResult(
         group=group,
-        policy=str(manifest.config.get("run", {}).get("space", "adaptive")),
+        policy=str(run.get("space", "adaptive")),
+        planner=f"{run.get('strategy') or 'hiera'}, {run.get('backend') or '-'}",
         task=manifest.task.name,
         run_dir=store.path,
         evaluated=len(evaluated),
@@ -86,6 +113,8 @@ def task_result(store: RunStore, budgets: tuple[int, ...] = BUDGETS) -> TaskResu
         reference_ms=best.reference_latency_ms if best else None,
         compiled_ms=compiled.compiled_reference_latency_ms if compiled is not None else None,
         finished=finished is not None,
+        answers=calls.calls - calls.cached,
+        device_s=line.held_s if line is not None else 0.0,
     )
 
 
@@ -95,7 +124,8 @@ def write_suite_report(run_dirs: list[Path], out: Path, budgets: tuple[int, ...]
     results = [task_result(store, budgets) for store in stores]
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# hiera suite report", "", *_setting(stores), "", *_table2(results, budgets), "",
-             *_table2_beyond_noise(results, budgets), "", *_per_task(results, budgets)]
+             *_table2_beyond_noise(results, budgets), "", *_intervals(results, max(budgets)), "",
+             *_paired(results, max(budgets)), "", *_costs(results), "", *_per_task(results, budgets)]
     plot = _figure4(results, out, max(budgets))
     if plot is not None:
         lines += ["", f"![best speedup per space policy at B = {max(budgets)}]({plot.relative_to(out)})"]
@@ -137,8 +167,17 @@ def _setting(stores: list[RunStore]) -> list[str]:
     ]
 
 
+def _rows(results: list[TaskResult], *, finished_only: bool = False) -> list[tuple[tuple[str, str, str], list[TaskResult]]]:
+    """The report's rows: the runs of each (group, planner, space policy), in that order."""
+    groups: dict[tuple[str, str, str], list[TaskResult]] = defaultdict(list)
+    for result in results:
+        if result.finished or not finished_only:
+            groups[result.group, result.planner, result.policy].append(result)
+    return sorted(groups.items())
+
+
 def _table2(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
-    """Table 2's shape: per group and space policy, fast_0 / fast_1 / fast_2 in % of tasks at each budget,
+    """Table 2's shape: per group, planner and space policy, fast_0 / fast_1 / fast_2 in % of tasks at each budget,
     then the geometric-mean and median best speedup at the largest budget over the tasks with a valid
     candidate. Unfinished runs are not counted (their first B candidates may not exist yet): the tasks column
     says how many there are, and `hiera resume` finishes them."""
@@ -153,17 +192,14 @@ def _table2(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
         " timing noise alone can give (an ATen seed, which makes the reference's own calls, measured 1.00-1.01×"
         " on the H200).",
         "",
-        f"| group | space policy | tasks | {head} | geomean speedup | median speedup | fast_1 below {NOISE}× |",
-        "|---|---|---|" + "---|" * len(budgets) + "---|---|---|",
+        f"| group | planner | space policy | tasks | {head} | geomean speedup | median speedup | fast_1 below {NOISE}× |",
+        "|---|---|---|---|" + "---|" * len(budgets) + "---|---|---|",
     ]
-    groups: dict[tuple[str, str], list[TaskResult]] = defaultdict(list)
-    for result in results:
-        groups[result.group, result.policy].append(result)
-    for (group, policy), listed in sorted(groups.items()):
+    for (group, planner, policy), listed in _rows(results):
         members = [r for r in listed if r.finished]
         unfinished = f" (+{len(listed) - len(members)} unfinished, not counted)" if len(members) < len(listed) else ""
         if not members:
-            lines.append(f"| {group} | {policy} | 0{unfinished} | {' | '.join('-' for _ in budgets)} | - | - | - |")
+            lines.append(f"| {group} | {planner} | {policy} | 0{unfinished} | {' | '.join('-' for _ in budgets)} | - | - | - |")
             continue
         cells = []
         for b in budgets:
@@ -174,8 +210,8 @@ def _table2(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
         median = statistics.median(speedups) if speedups else None
         marginal = sum(1 for r in members if r.fast[top][1] and r.best_speedup[top] < NOISE)
         lines.append(
-            f"| {group} | {policy} | {len(members)}{unfinished} | {' | '.join(cells)} | {_x(geomean)} | {_x(median)} |"
-            f" {marginal} |"
+            f"| {group} | {planner} | {policy} | {len(members)}{unfinished} | {' | '.join(cells)} | {_x(geomean)} |"
+            f" {_x(median)} | {marginal} |"
         )
     return lines
 
@@ -190,21 +226,145 @@ def _table2_beyond_noise(results: list[TaskResult], budgets: tuple[int, ...]) ->
         "",
         f"fast_1 counts a best speedup ≥ {NOISE}×, fast_2 ≥ {2 * NOISE:.2f}×; fast_0 as above.",
         "",
-        f"| group | space policy | tasks | {head} |",
-        "|---|---|---|" + "---|" * len(budgets),
+        f"| group | planner | space policy | tasks | {head} |",
+        "|---|---|---|---|" + "---|" * len(budgets),
     ]
-    groups: dict[tuple[str, str], list[TaskResult]] = defaultdict(list)
-    for result in results:
-        if result.finished:
-            groups[result.group, result.policy].append(result)
-    for (group, policy), members in sorted(groups.items()):
+    for (group, planner, policy), members in _rows(results, finished_only=True):
         cells = []
         for b in budgets:
-            speedups = [r.best_speedup[b] for r in members]
-            shares = [sum(1 for x in speedups if x is not None and x >= p * NOISE) if p else sum(r.fast[b][0] for r in members)
-                      for p in (0, 1, 2)]
+            shares = [sum(_beyond(r, b, p) for r in members) for p in (0, 1, 2)]
             cells.append(" / ".join(f"{100 * share / len(members):.0f}" for share in shares))
-        lines.append(f"| {group} | {policy} | {len(members)} | {' | '.join(cells)} |")
+        lines.append(f"| {group} | {planner} | {policy} | {len(members)} | {' | '.join(cells)} |")
+    return lines
+
+
+def _beyond(result: TaskResult, budget: int, p: int) -> bool:
+    """fast_p beyond the noise: fast_0 as is; fast_1 and fast_2 need a best speedup of at least NOISE·p×."""
+    if p == 0:
+        return result.fast[budget][0]
+    speedup = result.best_speedup[budget]
+    return speedup is not None and speedup >= p * NOISE
+
+
+def bootstrap(values: Sequence, statistic: Callable[[list], float | None], *, resamples: int = RESAMPLES,
+              seed: int = 0) -> tuple[float, float] | None:
+    """The 95% percentile interval of `statistic` over `resamples` resamples of `values` with replacement (a
+    resample where the statistic is undefined, such as a geomean of no valid task, is left out); None without
+    values."""
+    if not values:
+        return None
+    draw = random.Random(seed)
+    n = len(values)
+    stats = sorted(x for x in (statistic([values[draw.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+                   if x is not None)
+    if not stats:
+        return None
+    return stats[math.floor(0.025 * (len(stats) - 1))], stats[math.ceil(0.975 * (len(stats) - 1))]
+
+
+def _share(flags: list[bool]) -> float:
+    return 100 * sum(flags) / len(flags)
+
+
+def _geomean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.geometric_mean(present) if present else None
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _intervals(results: list[TaskResult], top: int) -> list[str]:
+    """At the largest budget: each share and speedup of a row with its 95% bootstrap interval over the row's tasks.
+    Speedups here are the winners' re-measured figures (the headline rule), over eager PyTorch and over torch.compile,
+    over the tasks with a valid candidate (and a torch.compile figure)."""
+    lines = [
+        f"## With 95% intervals (B={top}; bootstrap over the tasks of each row, {RESAMPLES:,} resamples)",
+        "",
+        "fast_p in % of tasks (the paper's definition, then beyond the noise); speedups of the re-measured winners, as"
+        " geometric mean and median.",
+        "",
+        f"| group | planner | space policy | tasks | fast_0 | fast_1 | fast_2 | fast_1 ≥ {NOISE}× | fast_2 ≥ {2 * NOISE:.2f}× |"
+        " geomean vs eager | median vs eager | geomean vs torch.compile | median vs torch.compile |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (group, planner, policy), members in _rows(results, finished_only=True):
+        shares = [
+            _with_interval([r.fast[top][i] for r in members], _share, "{:.0f}") for i in range(3)
+        ] + [_with_interval([_beyond(r, top, p) for r in members], _share, "{:.0f}") for p in (1, 2)]
+        speedups = [
+            _with_interval([getattr(r, field) for r in members], statistic, "{:.2f}×")
+            for field in ("final_speedup", "compiled_speedup") for statistic in (_geomean, _median)
+        ]
+        lines.append(f"| {group} | {planner} | {policy} | {len(members)} | {' | '.join(shares + speedups)} |")
+    return lines
+
+
+def _with_interval(values: list, statistic: Callable[[list], float | None], form: str) -> str:
+    point = statistic(values) if values else None
+    if point is None:
+        return "-"
+    low, high = bootstrap(values, statistic) or (point, point)
+    return f"{form.format(point)} [{form.format(low)}–{form.format(high)}]"
+
+
+def _paired(results: list[TaskResult], top: int) -> list[str]:
+    """Two planners (or space policies) of one group on the tasks both finished: how much faster one's winners are
+    (the geometric mean over tasks of B's re-measured winner over A's, both valid) and the difference in fast_1
+    (beyond the noise too), each with a paired bootstrap over those tasks (a resample draws whole tasks)."""
+    lines = [
+        f"## Planners compared on the same tasks (B={top}; paired bootstrap over the tasks both finished)",
+        "",
+        "A over B: the geometric mean over tasks of B's re-measured winner's time over A's (above 1: A's winners are"
+        " faster), over the tasks where both have a valid candidate; fast_1 differences in points of the shared tasks.",
+        "",
+        f"| group | A | B | tasks in both | A over B | fast_1, A − B | fast_1 ≥ {NOISE}×, A − B |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    by_group: dict[str, list[tuple[str, dict[str, TaskResult]]]] = defaultdict(list)
+    for (group, planner, policy), members in _rows(results, finished_only=True):
+        by_group[group].append((f"{planner}, {policy}", {r.task: r for r in members}))
+    compared = 0
+    for group, rows in sorted(by_group.items()):
+        for i, (a_name, a) in enumerate(rows):
+            for b_name, b in rows[i + 1:]:
+                shared = sorted(set(a) & set(b))
+                if not shared:
+                    continue
+                compared += 1
+                pairs = [(a[t], b[t]) for t in shared]
+                ratios = [y.best_ms / x.best_ms if x.best_ms and y.best_ms else None for x, y in pairs]
+                plain = [int(x.fast[top][1]) - int(y.fast[top][1]) for x, y in pairs]
+                beyond = [int(_beyond(x, top, 1)) - int(_beyond(y, top, 1)) for x, y in pairs]
+                lines.append(
+                    f"| {group} | {a_name} | {b_name} | {len(shared)} | {_with_interval(ratios, _geomean, '{:.2f}×')} |"
+                    f" {_with_interval(plain, _points, '{:+.0f}')} | {_with_interval(beyond, _points, '{:+.0f}')} |"
+                )
+    if not compared:
+        lines.append("| - | - | - | 0 | - | - | - |")
+    return lines
+
+
+def _points(differences: list[int]) -> float:
+    return 100 * sum(differences) / len(differences)
+
+
+def _costs(results: list[TaskResult]) -> list[str]:
+    lines = [
+        "## Costs",
+        "",
+        "Answers: agent calls that reached the backend (the answer cache's are not counted); device: seconds the"
+        " evaluations held the GPU (the union of their holds), summed over the row's runs.",
+        "",
+        "| group | planner | space policy | runs | answers | device (s) | device per run (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (group, planner, policy), members in _rows(results):
+        device = sum(r.device_s for r in members)
+        lines.append(f"| {group} | {planner} | {policy} | {len(members)} | {sum(r.answers for r in members)} |"
+                     f" {device:.0f} | {device / len(members):.0f} |")
     return lines
 
 
@@ -213,18 +373,18 @@ def _per_task(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
     lines = [
         "## Tasks",
         "",
-        f"| group | task | space policy | evaluated | best (ms) | reference (ms) | speedup at B={top} | torch.compile (ms) |"
-        " vs torch.compile | run |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| group | task | planner | space policy | evaluated | best (ms) | reference (ms) | speedup at B={top} |"
+        " torch.compile (ms) | vs torch.compile | run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in sorted(results, key=lambda r: (r.group, r.task, r.policy)):
+    for r in sorted(results, key=lambda r: (r.group, r.task, r.planner, r.policy)):
         best = "-" if r.best_ms is None else f"{r.best_ms:.4g}"
         reference = "-" if r.reference_ms is None else f"{r.reference_ms:.4g}"
         compiled = "-" if r.compiled_ms is None else f"{r.compiled_ms:.4g}"
-        versus = _x(r.compiled_ms / r.best_ms) if r.compiled_ms is not None and r.best_ms else "-"
+        versus = _x(r.compiled_speedup)
         lines.append(
-            f"| {r.group} | {r.task} | {r.policy} | {r.evaluated}{'' if r.finished else ' (unfinished)'} | {best} | {reference} | {_x(r.best_speedup[top])} |"
-            f" {compiled} | {versus} | {r.run_dir.parent.name}/{r.run_dir.name} |"
+            f"| {r.group} | {r.task} | {r.planner} | {r.policy} | {r.evaluated}{'' if r.finished else ' (unfinished)'} |"
+            f" {best} | {reference} | {_x(r.best_speedup[top])} | {compiled} | {versus} | {r.run_dir.parent.name}/{r.run_dir.name} |"
         )
     return lines
 
@@ -234,15 +394,15 @@ def _x(value: float | None) -> str:
 
 
 def _figure4(results: list[TaskResult], out: Path, budget: int) -> Path | None:
-    """Figure 4's shape: one box of best speedups (log scale) per group and space policy (policies compared on
-    the same tasks), tasks without a valid candidate left out and counted in the label, unfinished runs left out."""
-    boxes: dict[tuple[str, str], list[float]] = defaultdict(list)
-    missing: dict[tuple[str, str], int] = defaultdict(int)
+    """Figure 4's shape: one box of best speedups (log scale) per group, planner and space policy (compared on the
+    same tasks), tasks without a valid candidate left out and counted in the label, unfinished runs left out."""
+    boxes: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    missing: dict[tuple[str, str, str], int] = defaultdict(int)
     for r in (r for r in results if r.finished):
         if r.best_speedup[budget] is None:
-            missing[r.group, r.policy] += 1
+            missing[r.group, r.planner, r.policy] += 1
         else:
-            boxes[r.group, r.policy].append(r.best_speedup[budget])
+            boxes[r.group, r.planner, r.policy].append(r.best_speedup[budget])
     if not boxes:
         return None
     import matplotlib
@@ -251,13 +411,12 @@ def _figure4(results: list[TaskResult], out: Path, budget: int) -> Path | None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator
 
-    keys = sorted(set(boxes) | set(missing), key=lambda k: (k[0], k[1] != "adaptive", k[1]))
+    keys = sorted(set(boxes) | set(missing), key=lambda k: (k[0], k[1], k[2] != "adaptive", k[2]))
     data = [boxes.get(k, []) or [float("nan")] for k in keys]
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(keys), 4), dpi=120)
     ax.boxplot(data, showfliers=True)
     ax.set_xticks(range(1, len(keys) + 1))
-    ax.set_xticklabels([f"{group}\n{policy}\n{len(boxes.get((group, policy), []))} valid, {missing[group, policy]} none"
-                        for group, policy in keys], fontsize=8)
+    ax.set_xticklabels([f"{k[0]}\n{k[1]}\n{k[2]}\n{len(boxes.get(k, []))} valid, {missing[k]} none" for k in keys], fontsize=8)
     ax.axhline(1.0, color="C3", linestyle="--", linewidth=1, label="reference")
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))

@@ -20,7 +20,7 @@ def test_all_tasks_runs_each_task_once_and_a_second_call_redoes_nothing(tmp_path
         events = RunStore.open(tmp_path / "batch" / name).events
         assert len([e for e in events if isinstance(e, records.CandidateEvaluated)]) == 3
     suite = (tmp_path / "batch" / "suite.md").read_text()
-    assert "| stencil2d | adaptive | 2 |" in suite
+    assert "| stencil2d | hiera, expert | adaptive | 2 |" in suite
     assert "suite report:" in done.stdout
 
     again = run_hiera("run", *TWO_TASKS, "--all-tasks", "--run-dir", "batch", cwd=tmp_path)
@@ -35,11 +35,13 @@ def test_the_suite_report_compares_space_policies_like_figure_4(tmp_path):
     report = run_hiera("report", "adaptive", "fixed", "--out", "both", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     text = (tmp_path / "both" / "suite.md").read_text()
-    assert "| stencil2d | adaptive | 2 | 100 / " in text and "| stencil2d | pure_cuda | 2 | 100 / " in text
+    assert "| stencil2d | hiera, expert | adaptive | 2 | 100 / " in text and "| stencil2d | hiera, expert | pure_cuda | 2 | 100 / " in text
     assert "- hardware:" in text and "- timing:" in text and "tolerance: the workload's own" in text
     assert text.count("| stencil2d | box3x3-n10240-s1 |") == 2 and "| fixed/box3x3-n10240-s1 |" in text  # a row per run
     assert (tmp_path / "both" / "plots" / "speedup_by_policy.png").stat().st_size > 10_000
     assert "fast_p (% of tasks" in report.stdout
+    paired = text[text.index("## Planners compared"):text.index("## Costs")]
+    assert "| stencil2d | hiera, expert, adaptive | hiera, expert, pure_cuda | 2 |" in paired, paired
 
 
 def test_a_folder_without_runs_is_one_clear_error(tmp_path):
@@ -60,9 +62,9 @@ def test_fast_1_by_a_margin_that_noise_can_give_is_counted_beside_it():
 
     results = [result("a", 1.004), result("b", 1.3), result("c", 0.98), result("d", 2.06)]
     table = _table2(results, (18,))
-    assert "| kernelbench level 1 | adaptive | 4 | 100 / 75 / 25 | 1.27× | 1.15× | 1 |" in table, table
+    assert "| kernelbench level 1 | hiera, expert | adaptive | 4 | 100 / 75 / 25 | 1.27× | 1.15× | 1 |" in table, table
     beyond = _table2_beyond_noise(results, (18,))  # the seed's 1.004× and 2.06× (< 2.10×) are within the noise
-    assert "| kernelbench level 1 | adaptive | 4 | 100 / 50 / 0 |" in beyond, beyond
+    assert "| kernelbench level 1 | hiera, expert | adaptive | 4 | 100 / 50 / 0 |" in beyond, beyond
 
 
 def test_the_torch_compile_baseline_of_the_re_measurement_is_a_column_of_its_own():
@@ -75,8 +77,8 @@ def test_the_torch_compile_baseline_of_the_re_measurement_is_a_column_of_its_own
 
     rows = _per_task([result("1_Conv", 1.5), result("2_Gemm", None)], (18,))
     assert "| torch.compile (ms) | vs torch.compile |" in rows[2]
-    assert "| 1_Conv | adaptive | 2 | 2 | 2.2 | 1.10× | 1.5 | 0.75× | l2/1_Conv |" in rows[4]
-    assert "| 2_Gemm | adaptive | 2 | 2 | 2.2 | 1.10× | - | - | l2/2_Gemm |" in rows[5]
+    assert "| 1_Conv | hiera, expert | adaptive | 2 | 2 | 2.2 | 1.10× | 1.5 | 0.75× | l2/1_Conv |" in rows[4]
+    assert "| 2_Gemm | hiera, expert | adaptive | 2 | 2 | 2.2 | 1.10× | - | - | l2/2_Gemm |" in rows[5]
 
 
 def test_a_run_that_stopped_before_its_end_is_listed_but_not_counted_as_a_failure():
@@ -91,8 +93,58 @@ def test_a_run_that_stopped_before_its_end_is_listed_but_not_counted_as_a_failur
                           reference_ms=1.1 if finished else None, finished=finished)
 
     results = [result("1_Conv", True), result("78_ConvTranspose3d", False)]
-    assert "| kernelbench level 2 | adaptive | 1 (+1 unfinished, not counted) | 100 / 100 / 0 |" in "\n".join(
+    assert "| kernelbench level 2 | hiera, expert | adaptive | 1 (+1 unfinished, not counted) | 100 / 100 / 0 |" in "\n".join(
         _table2(results, (18,)))
-    assert "| 78_ConvTranspose3d | adaptive | 0 (unfinished) | - |" in "\n".join(_per_task(results, (18,)))
+    assert "| 78_ConvTranspose3d | hiera, expert | adaptive | 0 (unfinished) | - |" in "\n".join(_per_task(results, (18,)))
     only = _table2([result("78_ConvTranspose3d", False)], (18,))
-    assert "| kernelbench level 2 | adaptive | 0 (+1 unfinished, not counted) | - | - | - | - |" in only[-1]
+    assert "| kernelbench level 2 | hiera, expert | adaptive | 0 (+1 unfinished, not counted) | - | - | - | - |" in only[-1]
+
+
+def _kb(task, planner, speedup, *, compiled_ms=None, policy="adaptive"):
+    from hiera_core.suite import TaskResult
+
+    valid = speedup is not None
+    return TaskResult(group="kernelbench level 1", planner=planner, policy=policy, task=task, run_dir=Path(task),
+                      evaluated=18, fast={18: (valid, valid and speedup > 1, valid and speedup > 2)},
+                      best_speedup={18: speedup}, best_ms=1.0 if valid else None, reference_ms=speedup,
+                      compiled_ms=compiled_ms)
+
+
+def test_each_share_and_speedup_comes_with_a_bootstrap_interval_over_the_tasks():
+    from hiera_core.suite import _intervals, bootstrap
+
+    results = [_kb(f"t{i}", "hiera, exchange", s, compiled_ms=0.5) for i, s in enumerate([1.0, 1.2, 3.0, 0.9, None])]
+    [row] = [line for line in _intervals(results, 18) if line.startswith("| kernelbench")]
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[:4] == ["kernelbench level 1", "hiera, exchange", "adaptive", "5"]
+    assert cells[4].startswith("80 [") and cells[5].startswith("40 [") and cells[6].startswith("20 [")
+    low, high = (float(x) for x in cells[5][cells[5].index("[") + 1:-1].split("–"))
+    assert low == 0 and high == 80  # five tasks: a resample can hold none of the two faster ones, or four of them
+    assert cells[9].startswith(f"{(1.0 * 1.2 * 3.0 * 0.9) ** 0.25:.2f}× [")  # over the four tasks with a valid candidate
+    assert cells[11] == "0.50× [0.50×–0.50×]"  # torch.compile 0.5 ms, every winner 1 ms
+    # the same values give the same interval (a fixed seed), a constant has no spread
+    assert bootstrap([1.0, 2.0, 3.0], sum) == bootstrap([1.0, 2.0, 3.0], sum)
+    assert bootstrap([2.0] * 6, max) == (2.0, 2.0) and bootstrap([], max) is None
+
+
+def test_two_planners_are_compared_on_the_tasks_both_ran_task_by_task():
+    from hiera_core.suite import _paired
+
+    ours = [_kb("a", "hiera, exchange", 2.0), _kb("b", "hiera, exchange", 1.5), _kb("c", "hiera, exchange", 1.2),
+            _kb("only-ours", "hiera, exchange", 9.0)]
+    theirs = [_kb("a", "cudaforge, exchange", 1.0, policy="pure_cuda"), _kb("b", "cudaforge, exchange", 1.5, policy="pure_cuda"),
+              _kb("c", "cudaforge, exchange", 0.6, policy="pure_cuda")]
+    # the same winners' time (1 ms) on every run: the speedups differ by the reference's figure; make the winners differ
+    theirs = [attrs_evolve(r, best_ms=ours_r.reference_ms / r.reference_ms) for r, ours_r in zip(theirs, ours)]
+    [row] = [line for line in _paired(ours + theirs, 18) if line.startswith("| kernelbench")]
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[1:4] == ["cudaforge, exchange, pure_cuda", "hiera, exchange, adaptive", "3"]  # "only-ours" is not shared
+    # B over A, A = cudaforge: hiera's winners are 2x, 1x and 2x faster: geomean 2^(2/3) = 1.59, as 1/1.59 = 0.63
+    assert cells[4] == "0.63× [0.50×–1.00×]", cells[4]
+    assert cells[5] == "-67 [-100–+0]"  # cudaforge's a (1.0×) and c (0.6×) are not fast_1, hiera's three are
+
+
+def attrs_evolve(result, **changes):
+    import attrs
+
+    return attrs.evolve(result, **changes)
