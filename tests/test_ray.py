@@ -104,7 +104,7 @@ def test_a_suite_runs_its_tasks_at_once_on_the_cluster_as_local_runs_them_one_by
     started = [(tmp_path / "ray" / task / "manifest.json").stat().st_mtime for task in tasks]
     finished = [(tmp_path / "ray" / task / "report.md").stat().st_mtime for task in tasks]
     assert max(started) < min(finished)
-    assert "| stencil2d | adaptive | 2 |" in (tmp_path / "ray" / "suite.md").read_text()
+    assert "| stencil2d | hiera, expert | adaptive | 2 |" in (tmp_path / "ray" / "suite.md").read_text()
 
     again = run_hiera("run", *SUITE, *flags, "--set", "executor.ray.runs=2", "--run-dir", "ray", cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr
