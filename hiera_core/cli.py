@@ -228,6 +228,7 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
                 paused.append(task.name)
                 console.print(f"{task.name}: {exc}", markup=False)
             except Exception as exc:  # noqa: BLE001 -- one task's failure must not stop the batch
+                log.exception("suite_task_failed", task=task.name)  # the backtrace goes to the log
                 failed[task.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 console.print(f"{task.name}: failed: {failed[task.name]}", markup=False)
 

@@ -24,10 +24,16 @@ class LocalConfig:
     workers: int = 0
     """Candidates evaluated concurrently; 0: by the architecture (see the module). Stages that time or use a
     device serialise on their own lock."""
+    runs: int = 1
+    """Runs of a suite (`hiera run --all-tasks`) at once, each in a thread of this process: on a GPU, the builds and
+    judge start-ups of some overlap the device time of the others (the device stages still take its lock one at a
+    time)."""
 
     def __attrs_post_init__(self) -> None:
         if self.workers < 0:
             raise ValueError("workers must be >= 0 (0: as the architecture allows)")
+        if self.runs < 1:
+            raise ValueError("runs must be >= 1")
 
 
 class LocalExecutor:
@@ -45,6 +51,9 @@ class LocalExecutor:
             return 1
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         return max(1, min(jobs, cores))
+
+    def concurrent_runs(self, pipeline: Pipeline) -> int:
+        return self.config.runs
 
     def run(self, jobs: Iterable[EvalJob], pipeline: Pipeline) -> Iterator[tuple[EvalJob, Evaluated]]:
         jobs = list(jobs)

@@ -28,6 +28,17 @@ def test_all_tasks_runs_each_task_once_and_a_second_call_redoes_nothing(tmp_path
     assert again.stdout.count("finished earlier, skipped") == 2
 
 
+def test_a_suite_runs_several_tasks_at_once_when_asked(tmp_path):
+    done = run_hiera("run", *TWO_TASKS, "--all-tasks", "--run-dir", "batch", "--set", "executor.local.runs=2", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "2 task(s) of multistencil" in done.stdout and "2 at once" in done.stdout
+    for name in ("box3x3-n10240-s1", "box5x5-n10240-s1"):  # each line says its task; each run is whole
+        assert f"{name}: report:" in done.stdout
+        events = RunStore.open(tmp_path / "batch" / name).events
+        assert isinstance(events[-1], records.RunFinished)
+        assert len([e for e in events if isinstance(e, records.CandidateEvaluated)]) == 3
+
+
 def test_the_suite_report_compares_space_policies_like_figure_4(tmp_path):
     for space, folder in (("adaptive", "adaptive"), ("pure_cuda", "fixed")):
         done = run_hiera("run", *TWO_TASKS, "--all-tasks", "--space", space, "--run-dir", folder, cwd=tmp_path)
