@@ -155,6 +155,9 @@ def test_ncu_command_profiles_the_nvtx_range_with_clocks_untouched():
 
     without_csv = ncu.ncu_command(argv, ncu="ncu", nvtx_range="cand", output_csv=False)
     assert "--csv" not in without_csv and "--page" not in without_csv
+    assert "--launch-count" not in command
+    capped = ncu.ncu_command(argv, ncu="ncu", nvtx_range="cand", max_kernels=200)
+    assert capped[capped.index("--launch-count") + 1] == "200" and capped[-len(argv) :] == argv
 
 
 def test_find_ncu_prefers_path_and_says_none_when_there_is_none(monkeypatch):
@@ -329,6 +332,19 @@ def test_the_naive_stencil_on_the_h200_points_at_data_reuse(directions):
     scores = {name: direction.score(profile)[0] for name, direction in directions.items()}
     assert max(scores, key=scores.__getitem__) == "R", scores
     assert "onchip_reuse=0.04" in directions["R"].score(profile)[1]
+
+
+def test_a_profile_of_a_call_s_first_kernels_says_so_and_sets_none_of_their_bytes_against_the_whole_call():
+    """A level 3 model launches hundreds of kernels; ncu profiles the first `max_kernels`. Their DRAM bytes are a part
+    of the call's: against the roofline's whole-call bytes they would read as reuse that is not there."""
+    kernels = ncu.parse_ncu_csv(raw_page(STENCIL, ["stencil5", "boundary_fix"]))
+    whole = ncu.summarize(kernels, latency_ms=0.070, roofline=STENCIL_ROOFLINE)
+    first = ncu.summarize(kernels[:1], latency_ms=0.070, roofline=STENCIL_ROOFLINE, partial=True)
+
+    assert "dram_reuse" in whole.signals and "dram_to_ideal_ratio" in whole.metrics
+    assert not set(ncu.WHOLE_CALL) & (set(first.signals) | set(first.metrics))
+    assert first.findings[0].startswith("only the call's first 1 kernels were profiled")
+    assert first.signals["memory_floor_fraction"] == whole.signals["memory_floor_fraction"]  # from the judge's latency
 
 
 def test_without_a_roofline_there_are_no_floor_or_reuse_signals():

@@ -34,6 +34,9 @@ class NcuProfileConfig:
     ncu: str = ""
     """Path of the ncu binary; empty means search PATH and the usual install folders."""
     timeout_s: float = 300.0
+    max_kernels: int = 200
+    """Profile at most this many of a call's kernels, the first in launch order (ncu's `--launch-count`); 0: all. Each
+    kernel costs ncu several replay passes while the GPU is held, and a level 3 KernelBench model launches hundreds."""
     when: str = "parents"
     """`parents`: profile only the candidates planning reads, before a round is planned from them (the profile is
     what the planner scores the directions from); `every`: every candidate, as it is evaluated."""
@@ -41,6 +44,8 @@ class NcuProfileConfig:
     def __attrs_post_init__(self) -> None:
         if self.when not in ("parents", "every"):
             raise ConfigError(f"[evaluator.cuda-profile] when must be 'parents' or 'every', not {self.when!r}")
+        if self.max_kernels < 0:
+            raise ConfigError(f"[evaluator.cuda-profile] max_kernels must be >= 0 (0: all), not {self.max_kernels}")
 
 
 class NcuProfile:
@@ -70,7 +75,7 @@ class NcuProfile:
         range_name = "hiera_profile"
         request = {**job.worker_request(), "nvtx_range": range_name}
         command = profile.ncu_command(runner_command([sys.executable, "-m", RUNNER, str(self.config.device), "--profile"]),
-                                      ncu=ncu, nvtx_range=range_name)
+                                      ncu=ncu, nvtx_range=range_name, max_kernels=self.config.max_kernels)
         with device_lock(gpu_lock_name(self.config.device)):
             result = run_sandboxed(command, cwd=job.workdir / "profile", readable=[job.workdir, Path(job.artifacts["library"]).parent],
                                    timeout_s=self.config.timeout_s, stdin=json.dumps(request))
@@ -79,7 +84,8 @@ class NcuProfile:
         kernels = [] if problem else profile.parse_ncu_csv(result.stdout)
         if problem or not kernels:
             return _unprofiled(measured, problem or f"ncu reported no kernel in the NVTX range ({describe_exit(result.returncode or 0)})")
-        summary = profile.summarize(kernels, latency_ms=measured.latency_ms, roofline=job.roofline)  # SMs: ncu's launch__sm_count
+        partial = 0 < self.config.max_kernels <= len(kernels)  # ncu stopped at the cap: the call may have launched more
+        summary = profile.summarize(kernels, latency_ms=measured.latency_ms, roofline=job.roofline, partial=partial)  # SMs: ncu's launch__sm_count
         return attrs.evolve(measured, profile=summary)
 
 

@@ -139,8 +139,9 @@ def _version_key(path: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", Path(path).parent.name))
 
 
-def ncu_command(python_argv: list[str], *, ncu: str, nvtx_range: str, output_csv: bool = True) -> list[str]:
-    """The command that profiles every kernel launched inside the NVTX push/pop range `nvtx_range`.
+def ncu_command(python_argv: list[str], *, ncu: str, nvtx_range: str, output_csv: bool = True, max_kernels: int = 0) -> list[str]:
+    """The command that profiles every kernel launched inside the NVTX push/pop range `nvtx_range` (the first
+    `max_kernels` of them, if not 0).
 
     Clocks are left alone (`--clock-control none`, as in timing); caches are flushed before each replay pass
     (`--cache-control all`), so DRAM bytes include compulsory traffic. With `output_csv`, ncu
@@ -150,6 +151,8 @@ def ncu_command(python_argv: list[str], *, ncu: str, nvtx_range: str, output_csv
     command = [ncu, "--target-processes", "all", "--clock-control", "none", "--cache-control", "all"]
     # The trailing "/" selects a push/pop range in the default domain; without it ncu matches start/end ranges.
     command += ["--nvtx", "--nvtx-include", f"{nvtx_range}/", "--metrics", ",".join(METRICS)]
+    if max_kernels:
+        command += ["--launch-count", str(max_kernels)]
     if output_csv:
         command += ["--csv", "--page", "raw", "--print-units", "base"]
     return [*command, *python_argv]
@@ -252,20 +255,33 @@ def unavailable_profile(reason: str) -> Profile:
     return Profile(source=SOURCE, unavailable=reason)
 
 
+WHOLE_CALL = ("dram_reuse", "onchip_reuse", "dram_to_ideal_ratio")
+"""Figures that set the profiled kernels' bytes against the whole call's (the roofline's): wrong when only the first
+kernels of a call were profiled, so such a profile leaves them out."""
+
+
 def summarize(
-    kernels: Sequence[KernelMetrics], *, latency_ms: float, roofline: Roofline | None, sm_count: int = 132
+    kernels: Sequence[KernelMetrics], *, latency_ms: float, roofline: Roofline | None, sm_count: int = 132,
+    partial: bool = False,
 ) -> Profile:
-    """Aggregate the kernels of one call into metrics, signals and findings (see the module docstring)."""
+    """Aggregate the kernels of one call into metrics, signals and findings (see the module docstring). `partial`:
+    the kernels are the first of a call that launched more."""
     if not kernels:
         return unavailable_profile("ncu reported no kernels for the call")
     metrics = _aggregate(kernels)
     signals = _signals(kernels, metrics, latency_ms=latency_ms, roofline=roofline, sm_count=sm_count)
     derived = _derived(metrics, roofline)
+    findings = _findings(kernels, metrics, derived, signals, roofline, sm_count)
+    if partial:
+        signals = {name: value for name, value in signals.items() if name not in WHOLE_CALL}
+        derived = {name: value for name, value in derived.items() if name not in WHOLE_CALL}
+        findings = [f"only the call's first {len(kernels)} kernels were profiled: the figures are theirs, not the whole call's",
+                    *findings]
     return Profile(
         source=SOURCE,
         metrics={**metrics, **derived},
         signals={name: round(value, 4) for name, value in signals.items()},
-        findings=_findings(kernels, metrics, derived, signals, roofline, sm_count),
+        findings=findings,
     )
 
 
