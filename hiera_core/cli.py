@@ -228,7 +228,8 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
                 paused.append(task.name)
                 console.print(f"{task.name}: {exc}", markup=False)
             except Exception as exc:  # noqa: BLE001 -- one task's failure must not stop the batch
-                log.exception("suite_task_failed", task=task.name)  # the backtrace goes to the log
+                if not isinstance(exc, HieraError):  # hiera's own fault, not a stated reason: its backtrace to the log
+                    log.exception("suite_task_failed", task=task.name)
                 failed[task.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 console.print(f"{task.name}: failed: {failed[task.name]}", markup=False)
 

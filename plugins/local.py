@@ -9,13 +9,14 @@ timing would slow the timing down."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
 import attrs
 
-from hiera_core import EvalJob, hookimpl
+from hiera_core import EvalJob, ExecutorError, hookimpl
 from hiera_core.pipeline import Evaluated, Pipeline
 
 
@@ -34,6 +35,15 @@ class LocalConfig:
             raise ValueError("workers must be >= 0 (0: as the architecture allows)")
         if self.runs < 1:
             raise ValueError("runs must be >= 1")
+
+
+class _Stop:
+    """Ctrl-C during a suite whose runs go on in threads (`runs` > 1). Each run makes its own session, so its own
+    executor: the stop is the process's, set by any of them and cleared when the first executor opens again."""
+
+    lock = threading.Lock()
+    users = 0
+    asked = threading.Event()
 
 
 class LocalExecutor:
@@ -55,17 +65,43 @@ class LocalExecutor:
     def concurrent_runs(self, pipeline: Pipeline) -> int:
         return self.config.runs
 
+    def open(self, pipeline: Pipeline) -> None:
+        with _Stop.lock:
+            if _Stop.users == 0:
+                _Stop.asked.clear()
+            _Stop.users += 1
+
+    def close(self) -> None:
+        with _Stop.lock:
+            _Stop.users -= 1
+
+    def cancel(self) -> None:
+        """Every run of the suite stops at its next candidate; those under way end as they are."""
+        _Stop.asked.set()
+
     def run(self, jobs: Iterable[EvalJob], pipeline: Pipeline) -> Iterator[tuple[EvalJob, Evaluated]]:
         jobs = list(jobs)
         workers = self.workers(pipeline, len(jobs))
         if workers == 1:
             for job in jobs:
+                self._go_on()
                 yield job, pipeline.evaluate(job)
             return
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [(job, pool.submit(pipeline.evaluate, job)) for job in jobs]
+        pool = ThreadPoolExecutor(max_workers=workers)
+        try:
+            futures = [(job, pool.submit(self._evaluate, pipeline, job)) for job in jobs]
             for job, future in futures:
                 yield job, future.result()
+        finally:  # interrupted: the candidates not started are dropped, those under way end as they are
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _evaluate(self, pipeline: Pipeline, job: EvalJob) -> Evaluated:
+        self._go_on()
+        return pipeline.evaluate(job)
+
+    def _go_on(self) -> None:
+        if _Stop.asked.is_set():
+            raise ExecutorError("cancelled: the suite was interrupted")
 
 
 @hookimpl

@@ -1,8 +1,12 @@
 """Batches and suite reports: every task of a workload in one command, fast_p per space policy over runs."""
 
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
-from conftest import run_hiera
+from conftest import HIERA, PLUGINS, run_hiera
 
 from hiera_core import records
 from hiera_core.store import RunStore
@@ -37,6 +41,40 @@ def test_a_suite_runs_several_tasks_at_once_when_asked(tmp_path):
         events = RunStore.open(tmp_path / "batch" / name).events
         assert isinstance(events[-1], records.RunFinished)
         assert len([e for e in events if isinstance(e, records.CandidateEvaluated)]) == 3
+
+
+def test_ctrl_c_stops_a_suite_whose_tasks_run_at_once_and_the_same_command_finishes_it(tmp_path):
+    """A suite stopped a minute before a GPU call's limit (SIGINT) must end at the runs' next candidate, not after
+    every run, and the same command then finishes it, evaluating nothing twice."""
+    command = [str(HIERA), "run", *TWO_TASKS, "--all-tasks", "--run-dir", "batch", "--set", "executor.local.runs=2"]
+    command[command.index("--population") + 1] = "4"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))}
+    names = ["box3x3-n10240-s1", "box5x5-n10240-s1"]
+
+    def evaluated(name: str) -> list[str]:
+        trajectory = tmp_path / "batch" / name / "trajectory.jsonl"
+        if not trajectory.is_file():
+            return []
+        return [e.candidate.id for e in RunStore.open(trajectory.parent).events if isinstance(e, records.CandidateEvaluated)]
+
+    suite = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not all(len(evaluated(name)) >= 2 for name in names) and suite.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    suite.send_signal(signal.SIGINT)
+    asked = time.monotonic()
+    _, stderr = suite.communicate(timeout=120)
+    assert suite.returncode == 130, stderr
+    assert time.monotonic() - asked < 30, "the runs went on after Ctrl-C"
+    before = {name: evaluated(name) for name in names}
+    assert all(2 <= len(ids) < 5 for ids in before.values()), before  # 5: the initial candidate and 4 of round 1
+
+    again = run_hiera("run", *command[2:], cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    for name in names:
+        ids = evaluated(name)
+        assert len(ids) == len(set(ids)) == 5 and ids[: len(before[name])] == before[name]
+        assert isinstance(RunStore.open(tmp_path / "batch" / name).events[-1], records.RunFinished)
 
 
 def test_the_suite_report_compares_space_policies_like_figure_4(tmp_path):
