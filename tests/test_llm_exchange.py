@@ -214,3 +214,40 @@ def test_a_paused_run_plans_on_a_machine_without_its_device_and_evaluates_only_w
     report = (run / "report.md").read_text()
     assert "- paused 3 time(s) for answers that came later (rounds 1), resumed each time" in report
     assert "- paused 2 time(s) for the device, planned on a machine without it (rounds 1), resumed each time" in report
+
+
+def test_a_suite_costs_the_device_one_call_a_round_and_plans_where_the_device_is_not(tmp_path, hiera):
+    """The paper's experiment as it runs: several tasks, a round's sources asked in one request a task, every answer
+    read and every candidate written on the planning machine, and one call of the same command where the device is
+    evaluating the round for every task of the suite."""
+    suite = ["run", "--plugin", "gated_host", "--plugin", "multi_stencil", "--workload", "multistencil", "--arch",
+             "host-gated", "--rounds", "1", "--population", "2", "--no-remeasure", "--set", "workload.multistencil.host_n=48",
+             "--all-tasks", "--backend", "exchange", "--set", "backend.exchange.dir=ex", "--set",
+             'backend.exchange.when_waiting="pause"', "--set", "backend.exchange.candidates_per_request=2",
+             "--set", "executor.local.runs=2", "--run-dir", "suite"]
+    tasks = ["box3x3-n10240-s1", "box5x5-n10240-s1"]
+    elsewhere = {"HIERA_TEST_NO_DEVICE": "1"}
+    folder = ExchangeFolder(tmp_path / "ex")
+
+    def evaluated_rounds(task: str) -> list[int]:
+        return [e.candidate.round for e in RunStore.open(tmp_path / "suite" / task).events if isinstance(e, records.CandidateEvaluated)]
+
+    done = hiera(*suite)  # where the device is: round 0 of both tasks, then both SSDA requests wait
+    assert done.returncode == 75, done.stderr
+    for role in ("ssda", "spa", "oa"):
+        pending = folder.pending()
+        assert sorted(p.role for p in pending) == [role, role]  # one request a task, the OA's for both sources
+        for request in pending:
+            folder.answer(request.id, ANSWERS[role] if role != "oa" else json.dumps({"candidates": [{"source": s} for s in SOURCES]}))
+        done = hiera(*suite, env=elsewhere)
+        assert done.returncode == 75, done.stderr
+    assert done.stdout.count("2 candidate(s) of round 1 to evaluate on the device") == 2, done.stdout
+    assert all(evaluated_rounds(task) == [0] for task in tasks)
+
+    finished = hiera(*suite)  # one call where the device is: the round of every task
+    assert finished.returncode == 0, finished.stderr
+    for task in tasks:
+        assert evaluated_rounds(task) == [0, 1, 1]
+        events = RunStore.open(tmp_path / "suite" / task).events
+        assert sorted(e.role for e in events if isinstance(e, records.AgentCalled)) == ["oa", "spa", "ssda"]
+    assert folder.pending() == [] and "| stencil2d | hiera, exchange | adaptive | 2 |" in (tmp_path / "suite" / "suite.md").read_text()
