@@ -271,12 +271,12 @@ def summarize(
     metrics = _aggregate(kernels)
     signals = _signals(kernels, metrics, latency_ms=latency_ms, roofline=roofline, sm_count=sm_count)
     derived = _derived(metrics, roofline)
-    findings = _findings(kernels, metrics, derived, signals, roofline, sm_count)
     if partial:
         signals = {name: value for name, value in signals.items() if name not in WHOLE_CALL}
         derived = {name: value for name, value in derived.items() if name not in WHOLE_CALL}
-        findings = [f"only the call's first {len(kernels)} kernels were profiled: the figures are theirs, not the whole call's",
-                    *findings]
+    findings = _findings(kernels, metrics, derived, signals, roofline, sm_count)
+    if partial:
+        findings.insert(0, f"only the call's first {len(kernels)} kernels were profiled: the figures are theirs, not the whole call's")
     return Profile(
         source=SOURCE,
         metrics={**metrics, **derived},
