@@ -34,7 +34,9 @@ from hiera_core.store import RunStore, new_run_id, write_text_atomic
 log = structlog.get_logger(__name__)
 
 def create_run(session: Session, run_dir: Path | None = None) -> RunStore:
-    """Make a new run directory with its manifest."""
+    """Make a new run directory with its manifest; a task the workload has no contract for on the session's
+    architecture raises UnsupportedArchitecture first, and nothing is written."""
+    session.workload.contract(session.task, session.arch_kind)
     run_id = new_run_id()
     path = run_dir or Path(session.config.run.run_dir or Path("runs") / run_id)
     manifest = records.RunManifest(

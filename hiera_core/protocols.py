@@ -19,8 +19,9 @@ from hiera_core.errors import HieraError
 from hiera_core.records import Candidate, Contract, Evaluation, Measured, Profile, Roofline, SourceLabel, Task
 
 
-class UnsupportedArchitecture(LookupError):
-    """A workload has no contract or harness for the requested architecture."""
+class UnsupportedArchitecture(HieraError, LookupError):
+    """A workload has no contract or harness for the requested architecture (or the task); a run asks before its
+    folder exists, so the user gets this one line and nothing is written."""
 
 
 class NoSeed(LookupError):

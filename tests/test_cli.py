@@ -35,6 +35,17 @@ def test_an_unknown_name_gets_one_line_with_the_choices_and_exit_code_2(hiera, a
     assert "Traceback" not in done.stderr
 
 
+def test_a_workload_without_a_contract_for_the_architecture_is_one_line_and_writes_nothing(hiera, tmp_path):
+    from test_kernelbench import one_task_checkout
+
+    one_task_checkout(tmp_path / "kb", 1, "1_Relu", init="pass", forward="return torch.relu(x)", inputs="torch.rand(8, 8)")
+    done = hiera("run", "--workload", "kernelbench", "--arch", "host", "--set", f"workload.kernelbench.root={tmp_path / 'kb'}",
+                 "--run-dir", "r")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["hiera: error: kernelbench has a contract for cuda only, not host"]
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_plugin_that_fails_to_import_stops_hiera_with_one_line_naming_it(hiera, tmp_path):
     from test_core import BROKEN_PLUGIN
 
