@@ -119,6 +119,7 @@ def test_the_honest_control_is_measured(session):
     assert "timed calls on fresh inputs" in evaluation.checks[-1] and evaluation.timing_bound
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ATTACKS)
 def test_an_attack_is_rejected_for_its_reason(session, name):
     source, outcomes, words = ATTACKS[name]
@@ -149,6 +150,7 @@ def test_a_result_cache_never_hits(session):
     assert not list((root / "cache-by-content").glob("*/scratch/hit"))
 
 
+@pytest.mark.slow
 def test_secrets_and_other_processes_are_out_of_sight(session):
     """The candidate looks for the API key in every process it can see and in its own environment."""
     probe = r"""

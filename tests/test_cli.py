@@ -106,6 +106,7 @@ def test_config_show_prints_what_is_in_force(hiera, tmp_path):
     assert "[evaluator.host-run]" in out
 
 
+@pytest.mark.slow
 def test_without_a_gpu_the_default_architecture_is_host_and_says_so(hiera, tmp_path):
     done = hiera("--workload", "stencil2d", "--rounds", "0", "--set", "workload.stencil2d.host_n=32", "--run-dir", "r")
     assert done.returncode == 0, done.stderr
@@ -113,6 +114,7 @@ def test_without_a_gpu_the_default_architecture_is_host_and_says_so(hiera, tmp_p
     assert "running on the 'host' architecture" in done.stdout.splitlines()[0]
 
 
+@pytest.mark.slow
 def test_a_run_directory_in_use_is_refused_with_one_line_and_exit_code_2(hiera, tmp_path):
     from hiera_core.store import RunStore
 
@@ -131,6 +133,7 @@ def test_a_run_directory_in_use_is_refused_with_one_line_and_exit_code_2(hiera, 
     assert hiera("resume", "r").returncode == 0  # free again: it resumes (and redoes nothing)
 
 
+@pytest.mark.slow
 def test_a_run_resumes_without_a_plugin_it_does_not_use_and_names_one_it_uses_in_one_line(hiera, tmp_path):
     import json
 
@@ -147,6 +150,7 @@ def test_a_run_resumes_without_a_plugin_it_does_not_use_and_names_one_it_uses_in
                                         " plugin provides now (installed: kernelbench)"]
 
 
+@pytest.mark.slow
 def test_the_run_manifest_records_the_sandbox_in_force(hiera, tmp_path):
     import json
 

@@ -87,6 +87,7 @@ def test_a_library_that_imports_its_own_stream_or_the_drivers_functions_is_rejec
     assert checks.binary_hack(checks.imported_symbols(honest)) is None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(find_cuda_home() is None, reason="no CUDA toolkit")
 @pytest.mark.timeout(1200)  # three real builds of 60-100 s each on a 2-core machine, more when others build
 def test_a_real_extension_build_its_symbols_and_the_cache(tmp_path):

@@ -27,6 +27,7 @@ def _files(tmp_path: Path) -> None:
             (tmp_path / name).write_text(block)
 
 
+@pytest.mark.slow
 def test_the_documented_example_runs_as_written(tmp_path):
     _files(tmp_path)
     done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -60,6 +61,7 @@ def scale(tmp_path, monkeypatch):
     sys.modules.pop("scale_workload", None)
 
 
+@pytest.mark.slow
 def test_two_runs_in_one_process_keep_their_plugins_and_settings_apart(tmp_path, scale):
     small = {"arch": "host", "rounds": 0, "remeasure": False}
     first = hiera_core.run(workload="scale", plugins=[Tiny(scale)], config={"workload": {"scale": {"n": 4096}}},

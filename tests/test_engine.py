@@ -49,6 +49,7 @@ class Recorder:
         self.calls.append(("run_finished", (run_dir / "report.md").exists(), best is not None))
 
 
+@pytest.mark.slow
 def test_a_tool_embedding_the_core_sees_every_event_in_order(tmp_path):
     recorder = Recorder()
     config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 1, "population": 2},
@@ -192,6 +193,7 @@ def test_when_the_expert_has_no_move_left_the_search_stops_and_says_so(tmp_path)
     assert len(type(store).open(store.path).events) == events
 
 
+@pytest.mark.slow
 def test_the_seed_is_evaluated_in_the_most_controlled_space_that_admits_it(tmp_path, monkeypatch):
     """A seed that uses a library (OpenMP threads here, ATen calls for KernelBench's translations) is not
     rejected by pure_cuda's check: it starts in the smallest allowed space that admits it; with `--space
@@ -297,6 +299,7 @@ def test_the_expert_does_not_give_up_the_best_candidates_library_features(tmp_pa
     assert decision["space"] == "cuda_libraries"
 
 
+@pytest.mark.slow
 def test_a_workloads_baselines_are_measured_once_and_reported_beside_the_best(tmp_path, monkeypatch):
     """A workload's baselines go through the candidate pipeline beside the seed (their builds and device time
     overlap its), outside the budget; the report sets the best against each; a resumed run measures none of them
@@ -335,6 +338,7 @@ def test_a_workloads_baselines_are_measured_once_and_reported_beside_the_best(tm
     assert len([e for e in store.events if isinstance(e, records.BaselineEvaluated)]) == 2
 
 
+@pytest.mark.slow
 def test_a_baseline_measured_by_an_earlier_run_on_this_machine_is_taken_from_the_cache(tmp_path, monkeypatch):
     """The second run of a task records its measured baseline from the first run's (saying so), measures again
     what failed, and with the cache off measures everything."""
@@ -470,6 +474,7 @@ class CountersPlugin:
         return [Counters]
 
 
+@pytest.mark.slow
 def test_an_on_demand_profiler_runs_only_on_the_parents_planning_reads_and_a_resume_runs_it_on_none(tmp_path):
     Counters.seen.clear()
     config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 2, "population": 2, "parents": 1},

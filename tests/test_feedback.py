@@ -140,6 +140,7 @@ def respond(call):
     return Reply(json.dumps({"candidates": [{"source": source}]}))
 
 
+@pytest.mark.slow
 def test_a_crash_is_repaired_from_its_failing_call_and_source_when_its_strategy_continues(hiera, tmp_path):
     key = f"sk-hiera-test-{secrets.token_hex(8)}"
     with ChatServer(respond, key=key) as server:

@@ -220,6 +220,7 @@ def test_the_expert_fuses_each_pointwise_chain_into_one_generated_kernel():
     assert w1.templates(by_name(w1)["5_Softmax_of_sum"], "cuda") == []  # no seed, nothing to move from
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)  # a real build, then a rejection
 def test_a_fused_candidate_builds_with_hiera_eval_compile_only(tmp_path):
     """No GPU needed: `hiera eval --compile-only` checks the generated kernel and the ATen calls around it and
@@ -243,6 +244,7 @@ def test_a_fused_candidate_builds_with_hiera_eval_compile_only(tmp_path):
     assert rejected.returncode == 1 and "StaticRejected: pure_cuda: uses a PyTorch/ATen operator" in rejected.stdout
 
 
+@pytest.mark.slow
 def test_a_forward_that_is_one_pointwise_chain_gets_a_pure_cuda_candidate_that_builds_and_passes_the_binary_check(
         tmp_path):
     """ReLU: the chain's kernel is the whole candidate, with nothing of ATen but allocation and views, so the
@@ -317,6 +319,7 @@ def test_a_model_whose_constructor_reads_values_is_still_analysed(tmp_path):
     assert w.translated_seed(task)[0] is not None, w.translated_seed(task)[1]
 
 
+@pytest.mark.slow
 def test_a_number_the_forward_makes_a_tensor_of_is_a_constant_and_the_fused_kernel_takes_it_as_a_literal(tmp_path):
     """`torch.min(x, torch.tensor(self.c))` (KernelBench level 2 task 31): fx keeps the tensor as a constant
     attribute of the trace; the seed makes it a 0-dim CPU tensor, as the reference does, and the fused chain
@@ -400,6 +403,7 @@ def emulated_on_the_cpu(source: str) -> str:
     return prelude + source
 
 
+@pytest.mark.slow
 def test_a_fused_chain_computes_the_reference_for_every_broadcast_pattern(tmp_path):
     """The fused kernels, emulated on the CPU: operands broadcast along different dimensions (merged where they
     can be), a batch of one (a size-1 dimension) and a second chain of scalars only, whose last step broadcasts
@@ -446,6 +450,7 @@ def test_a_forward_that_draws_random_numbers_is_found_by_the_trace(tmp_path):
     assert "at::dropout(" in random.seed(random.tasks()[0], "cuda")[0]
 
 
+@pytest.mark.slow
 def test_a_model_with_hundreds_of_tensors_gets_its_state_as_one_vector(tmp_path, monkeypatch):
     """Level 3's ResNet101 and DenseNet201 take ~620 tensors; their typed bindings did not compile (g++'s
     constexpr limits in pybind11's signature). Past PACK_STATE_ABOVE arguments the binding takes positional
@@ -475,6 +480,7 @@ def test_a_model_with_hundreds_of_tensors_gets_its_state_as_one_vector(tmp_path,
         extension.forward(x, state[0])
 
 
+@pytest.mark.slow
 def test_recurrent_layers_concatenation_and_indexing_translate_and_compute_the_reference(tmp_path):
     """The operators level 3 lacked (2026-11-29: 35 seeds of 48, from 13): nn.GRU and nn.LSTM with their state,
     torch.cat, nn.ReLU6, F.max_pool2d, integer division of sizes and basic indexing. The seed is built for the
@@ -510,6 +516,7 @@ def test_recurrent_layers_concatenation_and_indexing_translate_and_compute_the_r
         torch.testing.assert_close(extension.forward(*inputs, *state), model(*inputs))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # one g++ build against torch's headers
 def test_the_fused_kernel_computes_its_chain_on_both_paths_emulated_on_the_cpu(tmp_path):
     """The generated kernel, compiled for the CPU with every CUDA thread run in turn: sigmoid, times an operand,
@@ -568,6 +575,7 @@ def get_init_inputs():
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)  # one g++ build against torch's headers
 def test_a_forward_torch_fx_cannot_trace_is_lowered_to_aten_operators_and_the_seed_computes_it(tmp_path):
     """Shapes read as Python numbers (`math.sqrt(k.size(-1))`, a buffer sliced by them) stop torch.fx; the

@@ -111,6 +111,7 @@ def _engine(tmp_path, run_dir=None):
     return Engine(session, store)
 
 
+@pytest.mark.slow
 def test_prompts_quote_the_contract_the_plugins_knowledge_and_the_profile_and_oa_asks_in_parallel(tmp_path):
     ScriptedModel.requests.clear()
     engine = _engine(tmp_path)
@@ -186,6 +187,7 @@ class RegistersVectors:
         return [ScriptedVectorModel]
 
 
+@pytest.mark.slow
 def test_prompts_say_when_no_plugin_knows_a_direction_on_this_architecture(tmp_path):
     ScriptedModel.requests.clear()
     config = load_config(
@@ -203,6 +205,7 @@ def test_prompts_say_when_no_plugin_knows_a_direction_on_this_architecture(tmp_p
             " profile") in spa.prompt
 
 
+@pytest.mark.slow
 def test_a_resumed_run_answers_from_the_cache_and_calls_the_backend_for_nothing(tmp_path):
     ScriptedModel.requests.clear()
     engine = _engine(tmp_path)

@@ -83,6 +83,7 @@ def cells(line: str) -> int:
     return len(re.findall(r"(?<!\\)\|", line)) - 1
 
 
+@pytest.mark.slow
 def test_every_answer_fault_is_named_asked_again_and_kept_out_of_the_record_and_the_report(hiera, tmp_path):
     server, done = answered_run(hiera, tmp_path, respond, CONFIG, key=f"sk-hiera-test-{secrets.token_hex(12)}", key_var=KEY_VAR)
     assert done.returncode == 0, done.stderr

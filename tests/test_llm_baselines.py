@@ -5,11 +5,12 @@ judge reads the profile and names one bottleneck; pure CUDA)."""
 import json
 import secrets
 
+import pytest
+from hiera_workloads.stencil2d.host import HostStencilTemplate
 from llm_chat_server import ChatServer, Reply
 
 from hiera_core import records
 from hiera_core.store import RunStore
-from hiera_workloads.stencil2d.host import HostStencilTemplate
 
 TEMPLATE = HostStencilTemplate()
 BROKEN = "int hiera_stencil2d(int n) { this is not C }\n"
@@ -56,6 +57,7 @@ def _source(text: str) -> Reply:
     return Reply(json.dumps({"candidates": [{"source": text}]}))
 
 
+@pytest.mark.slow
 def test_caesar_fixes_each_lineage_from_its_own_execution_feedback_alone(hiera, tmp_path):
     def respond(call):
         script = {(1, 1): BROKEN, (1, 2): UNROLLED2, (2, 1): UNROLLED4, (2, 2): BLOCKED}
@@ -80,6 +82,7 @@ def test_caesar_fixes_each_lineage_from_its_own_execution_feedback_alone(hiera, 
         assert "metrics (" not in prompt and "signals (" not in prompt and "Rubric" not in prompt
 
 
+@pytest.mark.slow
 def test_cudaforge_judges_one_bottleneck_from_the_profile_and_refines_in_pure_cuda(hiera, tmp_path):
     verdict = {"bottleneck": "one of two cores idles (cpu utilization 50%)", "method": "stream-rows",
                "steps": ["stream along rows so the loop vectorises"], "constraints": ["no OpenMP"]}
@@ -106,6 +109,7 @@ def test_cudaforge_judges_one_bottleneck_from_the_profile_and_refines_in_pure_cu
     assert "| 1 | pure_cuda | - | stream-rows | 2 / 2 |" in (tmp_path / "run" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_baselines_refuse_what_they_cannot_do(hiera):
     done = hiera("--workload", "stencil2d", "--strategy", "caesar", "--backend", "openai", "--no-planning")
     assert done.returncode == 2

@@ -47,6 +47,7 @@ print(len(answered))
 """
 
 
+@pytest.mark.slow
 def test_a_separate_process_answers_a_whole_run_through_the_exchange_folder(tmp_path, hiera):
     (tmp_path / "answers.json").write_text(json.dumps(ANSWERS))
     (tmp_path / "answerer.py").write_text(ANSWERER)
@@ -109,6 +110,7 @@ def answer_elsewhere(folder) -> list[dict]:
     return answered
 
 
+@pytest.mark.slow
 def test_a_paused_run_is_driven_to_its_end_by_answers_carried_between_resumes(tmp_path, hiera):
     run = (tmp_path / "run").resolve()
     done = hiera(*PAUSED_RUN)
@@ -175,6 +177,7 @@ def test_through_the_python_api_a_pause_is_a_typed_exception_and_resume_takes_th
     assert [(e.round, e.role, e.error) for e in events if isinstance(e, records.AgentCalled)] == [(1, "ssda", None)]
 
 
+@pytest.mark.slow
 def test_a_paused_run_plans_on_a_machine_without_its_device_and_evaluates_only_where_the_device_is(tmp_path, hiera):
     """The paper's experiment on a GPU lent by the call: every answer is read, and every plan and candidate made, on
     the development machine, so that a round costs the GPU's machine one call (to evaluate) and no answer waits there."""
@@ -216,6 +219,7 @@ def test_a_paused_run_plans_on_a_machine_without_its_device_and_evaluates_only_w
     assert "- paused 2 time(s) for the device, planned on a machine without it (rounds 1), resumed each time" in report
 
 
+@pytest.mark.slow
 def test_a_suite_costs_the_device_one_call_a_round_and_plans_where_the_device_is_not(tmp_path, hiera):
     """The paper's experiment as it runs: several tasks, a round's sources asked in one request a task, every answer
     read and every candidate written on the planning machine, and one call of the same command where the device is

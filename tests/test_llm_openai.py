@@ -111,6 +111,7 @@ def _sources(batch):
     return [c.source.strip() for c in batch.candidates]
 
 
+@pytest.mark.slow
 def test_a_run_survives_every_kind_of_bad_answer_costs_it_and_replays_offline(hiera, tmp_path, key):
     server = ChatServer(respond, key=key).start()
     try:
@@ -194,6 +195,7 @@ def test_a_missing_key_is_one_line_naming_the_variable(hiera, tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_a_rejected_key_ends_the_run_at_its_first_request_in_one_line(hiera, tmp_path, key):
     server = ChatServer(respond, key="sk-the-right-one").start()
     try:
@@ -226,6 +228,7 @@ def test_a_rejected_key_ends_the_run_at_its_first_request_in_one_line(hiera, tmp
     assert (manifest["model"], manifest["base_url"], manifest["api_key_env"]) == ("fake-model", server.url, KEY_VAR)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [403, 404])
 def test_a_forbidden_model_or_an_unknown_endpoint_ends_the_run_as_well(hiera, tmp_path, key, status):
     server = ChatServer(lambda call: Reply(status=403, content="this key may not use fake-model"), key=key).start()
@@ -240,6 +243,7 @@ def test_a_forbidden_model_or_an_unknown_endpoint_ends_the_run_as_well(hiera, tm
     assert len([e for e in RunStore.open(tmp_path / "run").events if isinstance(e, records.AgentCalled)]) == 1
 
 
+@pytest.mark.slow
 def test_a_run_whose_every_request_fails_exits_non_zero_saying_why(hiera, tmp_path, key):
     served = iter(range(100))
 

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import time
 
+import pytest
 from conftest import HIERA, SMALL, run_hiera
 
 from hiera_core import records
@@ -16,6 +17,7 @@ def _evaluated(run_dir):
     return [e for e in RunStore.open(run_dir).events if isinstance(e, records.CandidateEvaluated)]
 
 
+@pytest.mark.slow
 def test_the_main_job_finds_a_faster_valid_kernel_and_reports_it(hiera, tmp_path):
     done = hiera("--workload", "stencil2d", "--arch", "host", "--rounds", "3", "--population", "4", "--run-dir", "run")
     assert done.returncode == 0, done.stderr
@@ -44,6 +46,7 @@ def test_the_main_job_finds_a_faster_valid_kernel_and_reports_it(hiera, tmp_path
     assert "best" in done.stdout and "report:" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_without_evaluating_anything_twice(tmp_path):
     env = {**os.environ}
     args = [str(HIERA), "--workload", "stencil2d", "--arch", "host", "--rounds", "3", "--population", "3", "--run-dir", "run", *SMALL]
@@ -71,6 +74,7 @@ def test_a_killed_run_resumes_without_evaluating_anything_twice(tmp_path):
     assert again.returncode == 0 and len(_evaluated(tmp_path / "run")) == 10
 
 
+@pytest.mark.slow
 def test_hostile_candidates_are_recorded_with_their_reason_and_the_run_finishes(hiera, tmp_path):
     done = hiera(
         "--workload", "stencil2d", "--arch", "host", "--rounds", "1", "--population", "6", "--backend", "scripted",
@@ -87,6 +91,7 @@ def test_hostile_candidates_are_recorded_with_their_reason_and_the_run_finishes(
     assert "Crashed" in (tmp_path / "run" / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_fixed_space_and_no_planning_ablations(hiera, tmp_path):
     done = hiera("--workload", "stencil2d", "--arch", "host", "--rounds", "2", "--population", "3", "--space", "pure_cuda", "--run-dir", "fixed", *SMALL)
     assert done.returncode == 0, done.stderr

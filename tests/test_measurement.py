@@ -104,6 +104,7 @@ class ReversedPlugin:
         return [ReversedExecutor]
 
 
+@pytest.mark.slow
 def test_each_remeasurement_is_recorded_for_its_own_job_whatever_order_the_executor_yields_in(tmp_path):
     config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 1, "population": 2},
                          overrides=["workload.stencil2d.host_n=48", "run.baselines=false", "run.finalists=2",
@@ -118,6 +119,7 @@ def test_each_remeasurement_is_recorded_for_its_own_job_whatever_order_the_execu
         assert event.evaluation == ReversedExecutor.produced[workdir]
 
 
+@pytest.mark.slow
 def test_the_winner_and_its_figure_come_from_interleaved_remeasurements_and_a_resume_redoes_none(tmp_path):
     run = ["--workload", "stencil2d", "--arch", "host", "--rounds", "1", "--population", "2", "--run-dir", "run",
            "--set", "workload.stencil2d.host_n=48", "--set", "run.baselines=false", "--set", "run.finalists=2",
@@ -172,6 +174,7 @@ def test_the_winner_and_its_figure_come_from_interleaved_remeasurements_and_a_re
     assert sum(isinstance(e, records.RunFinished) for e in again.events) == 1
 
 
+@pytest.mark.slow
 def test_a_candidate_timed_while_other_processes_keep_the_cores_busy_is_marked_and_the_prompt_says_so(tmp_path):
     config = load_config(tmp_path, environ={}, cli={"arch": "host"}, overrides=["workload.stencil2d.host_n=96"])
     session = Session.create(config, make_plugin_manager())
@@ -288,6 +291,7 @@ class ExecutorPlugin:
         return [FailsOnFreshInputs]
 
 
+@pytest.mark.slow
 def test_a_finalist_wrong_on_fresh_inputs_is_out_and_the_next_one_wins_and_with_none_left_no_winner_is_named(tmp_path):
     import hiera_core
 
@@ -339,6 +343,7 @@ def _running_in(root: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_a_judge_starts_while_its_candidate_compiles_and_a_broken_build_leaves_none_running(tmp_path):
     cc = tmp_path / "slow-cc"
     cc.write_text(SLOW_CC.replace("{python}", sys.executable))

@@ -93,6 +93,7 @@ def without_space_names(text: str) -> str:
 # --- the hardware ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_host_prompt_names_the_cpu_its_vector_extensions_cores_and_measured_peaks(host_run):
     prompts, engine = host_run
     hardware = HostArchitecture(HostConfig()).hardware()

@@ -71,6 +71,7 @@ def _evaluated(run_dir: Path) -> list[records.CandidateEvaluated]:
     return [e for e in RunStore.open(run_dir).events if isinstance(e, records.CandidateEvaluated)]
 
 
+@pytest.mark.slow
 def test_a_run_on_the_cluster_makes_the_same_candidates_and_decisions_as_local(cluster, tmp_path):
     flags, env, _ = cluster
     budget = ["--rounds", "2", "--population", "2"]
@@ -90,6 +91,7 @@ def test_a_run_on_the_cluster_makes_the_same_candidates_and_decisions_as_local(c
     assert "best" in done.stdout and (tmp_path / "ray" / "report.md").is_file()
 
 
+@pytest.mark.slow
 def test_a_suite_runs_its_tasks_at_once_on_the_cluster_as_local_runs_them_one_by_one(cluster, tmp_path):
     flags, env, _ = cluster
     local = run_hiera("run", *SUITE, "--run-dir", "local", cwd=tmp_path)
@@ -111,6 +113,7 @@ def test_a_suite_runs_its_tasks_at_once_on_the_cluster_as_local_runs_them_one_by
     assert again.stdout.count("finished earlier, skipped") == 2
 
 
+@pytest.mark.slow
 def test_device_stages_go_to_a_worker_holding_the_accelerator_after_the_build(cluster, tmp_path):
     """A GPU's path on a CPU: an architecture whose device stages need `FAKE`, which the cluster has one of."""
     flags, env, _ = cluster
@@ -154,6 +157,7 @@ def _workers(root: int, title: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("retries", [1, 0])
 def test_a_worker_killed_mid_run_costs_at_most_its_candidate_and_nothing_is_evaluated_twice(cluster, tmp_path, retries):
     """Killed once: with a retry (the default) the candidate is evaluated elsewhere; without one it is recorded as

@@ -83,6 +83,7 @@ def test_every_knob_value_renders_a_source_that_names_it(knob):
             assert f"{knob}={value}" in TEMPLATE.describe(p)
 
 
+@pytest.mark.slow
 def test_every_variant_passes_its_space_and_the_hack_scan_and_only_its_space():
     """Every combination with fuse_steps=False (one step: True renders the same source, see the moot
     test): admitted by the smallest space their knobs name, rejected by the one below; no evaluation hack;
@@ -206,6 +207,7 @@ def test_work_counts_one_read_and_one_write_and_an_fma_per_tap():
     assert bytes_moved == pytest.approx(1.678e9, rel=1e-3) and flops == pytest.approx(10.28e9, rel=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # nvcc compiles the fused kernel (with torch's headers)
 def test_fuse_steps_runs_two_steps_per_launch_in_the_ring_only_when_there_are_steps_to_fuse(tmp_path):
     """With steps > 1 the ring with fuse_steps renders a second kernel, two steps per launch, that nvcc
@@ -239,6 +241,7 @@ def test_fuse_steps_runs_two_steps_per_launch_in_the_ring_only_when_there_are_st
     assert " 0 bytes spill stores" in report, report
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(find_cuda_home() is None, reason="no CUDA toolkit")
 @pytest.mark.timeout(900)  # a real build
 def test_the_most_complex_kernel_builds(tmp_path):

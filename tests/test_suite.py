@@ -6,6 +6,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conftest import HIERA, PLUGINS, run_hiera
 
 from hiera_core import records
@@ -15,6 +16,7 @@ TWO_TASKS = ["--workload", "multistencil", "--plugin", "multi_stencil", "--arch"
              "--population", "2", "--no-remeasure", "--set", "workload.multistencil.host_n=48"]
 
 
+@pytest.mark.slow
 def test_all_tasks_runs_each_task_once_and_a_second_call_redoes_nothing(tmp_path):
     done = run_hiera("run", *TWO_TASKS, "--all-tasks", "--run-dir", "batch", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -32,6 +34,7 @@ def test_all_tasks_runs_each_task_once_and_a_second_call_redoes_nothing(tmp_path
     assert again.stdout.count("finished earlier, skipped") == 2
 
 
+@pytest.mark.slow
 def test_a_suite_runs_several_tasks_at_once_when_asked(tmp_path):
     done = run_hiera("run", *TWO_TASKS, "--all-tasks", "--run-dir", "batch", "--set", "executor.local.runs=2", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -43,6 +46,7 @@ def test_a_suite_runs_several_tasks_at_once_when_asked(tmp_path):
         assert len([e for e in events if isinstance(e, records.CandidateEvaluated)]) == 3
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_suite_whose_tasks_run_at_once_and_the_same_command_finishes_it(tmp_path):
     """A suite stopped a minute before a GPU call's limit (SIGINT) must end at the runs' next candidate, not after
     every run, and the same command then finishes it, evaluating nothing twice."""
@@ -77,6 +81,7 @@ def test_ctrl_c_stops_a_suite_whose_tasks_run_at_once_and_the_same_command_finis
         assert isinstance(RunStore.open(tmp_path / "batch" / name).events[-1], records.RunFinished)
 
 
+@pytest.mark.slow
 def test_the_suite_report_compares_space_policies_like_figure_4(tmp_path):
     for space, folder in (("adaptive", "adaptive"), ("pure_cuda", "fixed")):
         done = run_hiera("run", *TWO_TASKS, "--all-tasks", "--space", space, "--run-dir", folder, cwd=tmp_path)

@@ -4,6 +4,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from conftest import run_hiera
 
 from hiera_core import records
@@ -177,6 +178,7 @@ def pip_install(tmp_path, distribution: str, package: str, code: str) -> dict[st
     return {"PYTHONPATH": str(site)}
 
 
+@pytest.mark.slow
 def test_a_pip_installed_plugin_shows_up_and_runs(tmp_path):
     env = pip_install(tmp_path, "hiera-acme", "hiera_acme", PLUGIN)
 
@@ -194,6 +196,7 @@ def test_a_pip_installed_plugin_shows_up_and_runs(tmp_path):
     assert len(measured) == 2
 
 
+@pytest.mark.slow
 def test_a_run_recorded_before_a_direction_was_installed_replays_only_without_it(tmp_path):
     """Its plans scored C M P R T and no recorded answer scores acme's V: with V installed every round's planning
     would fail, so the replay refuses in one line naming the plugin to leave out, and replays the run without it."""
@@ -288,6 +291,7 @@ def hiera_register_spaces():
 '''
 
 
+@pytest.mark.slow
 def test_a_pip_installed_architecture_and_space_run_the_host_loop_under_their_own_names(tmp_path):
     """Nothing in hiera_core or the built-ins names `acme-cpu` or `acme_asm`: the architecture's kind (`host`)
     brings the workload's C side and the host evaluators, its own rules check the sources by rank."""

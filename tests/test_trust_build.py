@@ -228,6 +228,7 @@ def test_a_cached_library_that_is_no_longer_a_regular_file_is_never_reused(tmp_p
     assert again.cache_hit and again.library == library
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="no torch")
 @pytest.mark.timeout(900)
 def test_a_cuda_include_hidden_from_the_host_pass_is_rejected_before_compiling(tmp_path):

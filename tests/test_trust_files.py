@@ -245,6 +245,7 @@ def fake_ncu(tmp_path, monkeypatch):
     return run
 
 
+@pytest.mark.slow
 def test_a_profiled_process_that_floods_its_output_gives_a_profile_failure_not_a_grown_hiera(fake_ncu):
     result, seconds, grown_mb = fake_ncu("flood")
 
@@ -252,6 +253,7 @@ def test_a_profiled_process_that_floods_its_output_gives_a_profile_failure_not_a
     assert grown_mb < 200 and seconds < 60
 
 
+@pytest.mark.slow
 def test_the_table_after_a_flood_is_still_read(fake_ncu):
     result, _, _ = fake_ncu("flood-then-table")
 
