@@ -34,9 +34,10 @@ class NcuProfileConfig:
     ncu: str = ""
     """Path of the ncu binary; empty means search PATH and the usual install folders."""
     timeout_s: float = 300.0
-    max_kernels: int = 200
+    max_kernels: int = 0
     """Profile at most this many of a call's kernels, the first in launch order (ncu's `--launch-count`); 0: all. Each
-    kernel costs ncu several replay passes while the GPU is held, and a level 3 KernelBench model launches hundreds."""
+    kernel costs ncu several replay passes while the GPU is held, and a level 3 KernelBench model launches hundreds.
+    Off by default until the flag has run on a GPU (written 2026-12-05 without one)."""
     when: str = "parents"
     """`parents`: profile only the candidates planning reads, before a round is planned from them (the profile is
     what the planner scores the directions from); `every`: every candidate, as it is evaluated."""
