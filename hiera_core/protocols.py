@@ -168,7 +168,9 @@ class Direction(Protocol):
 
     Optional: `order: int` (default 100): where the direction stands in prompts and among equal scores
     (lower first; then by letter); `signals: tuple[str, ...]`: the profile signals its score reads (names of
-    `Profile.signals`, each normalised to [0, 1] with 1 healthy); prompts group the signals by reader."""
+    `Profile.signals`, each normalised to [0, 1] with 1 healthy); prompts group the signals by reader;
+    `moves: tuple[str, ...]` (default: its own name): the directions whose template knobs (`Knob.direction`) its
+    strategies move, so that a new direction can steer the knobs workloads already have (see `moved_knobs`)."""
 
     name: ClassVar[str]
     """The direction's letter, as the paper writes it."""
@@ -180,6 +182,12 @@ class Direction(Protocol):
         """Return (score in [0, 1], reason) from the best candidate's profile: how much time this
         direction could still win. Called by the expert backend every round; 0 when no signal applies."""
         ...
+
+
+def moved_knobs(direction: Direction) -> frozenset[str]:
+    """The `Knob.direction` values whose knobs `direction`'s strategies move: its own name and those it names in
+    its optional `moves`. The offline expert moves only these; a direction that moves none scores 0 there."""
+    return frozenset((direction.name, *getattr(direction, "moves", ())))
 
 
 @attrs.frozen(kw_only=True)

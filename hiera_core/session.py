@@ -13,15 +13,7 @@ from hiera_core.config import ConfigError, HieraConfig, RunConfig, structure, un
 from hiera_core.context import RunContext
 from hiera_core.pipeline import Pipeline, pipeline_for
 from hiera_core.plugins import KINDS, Registry, UnknownName, collect, direction_knowledge, run_defaults
-from hiera_core.protocols import (
-    Architecture,
-    Direction,
-    Evaluator,
-    Executor,
-    ImplementationSpace,
-    LLMBackend,
-    Workload,
-)
+from hiera_core.protocols import Architecture, Direction, Evaluator, Executor, ImplementationSpace, LLMBackend, Workload
 from hiera_core.records import Task
 
 log = structlog.get_logger(__name__)
@@ -234,6 +226,9 @@ def _check_search(run: RunConfig, registries: dict[str, Registry]) -> None:
     if answers is not None and run.strategy not in answers:
         raise ConfigError(f"the '{run.strategy}' search needs a backend that answers it: '{run.backend}' answers only"
                           f" {', '.join(answers)} (use a model backend)")
+    if search.plans and not registries["directions"].names():
+        raise ConfigError(f"the '{run.strategy}' search plans by direction, and no direction plugin is installed or enabled"
+                          " (see HIERA_DISABLE_PLUGINS)")
 
 
 def _auto_arch(registry: Registry, configs: dict[str, Any]) -> tuple[str, str | None]:

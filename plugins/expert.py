@@ -24,6 +24,7 @@ import attrs
 
 from hiera_core import AgentAnswer, AgentRequest, Template, hookimpl
 from hiera_core.context import RunContext
+from hiera_core.protocols import moved_knobs
 from hiera_core.records import Candidate, Measured, SourceLabel, beats
 
 
@@ -117,7 +118,7 @@ class ExpertBackend:
             rank[knob.space]
             for template in self.context.workload.templates(ctx["task"], ctx["kind"])
             for knob in template.knobs.values()
-            if knob.direction == decision.direction and rank[knob.space] <= rank[decision.space]
+            if knob.direction in self._knob_directions(decision.direction) and rank[knob.space] <= rank[decision.space]
         ]
         home = next((s.name for s in self.context.spaces if s.rank == min(knob_ranks)), decision.space) if knob_ranks else decision.space
         known = self.context.knowledge[decision.direction]
@@ -153,13 +154,16 @@ class ExpertBackend:
                 for parent in group:
                     for template in templates:
                         base = _base_params(template, parent, rank, space)
-                        for params, own in _neighbours(template, base, direction, rank, space, paired):
+                        for params, own in _neighbours(template, base, self._knob_directions(direction), rank, space, paired):
                             source = template.render(params)
                             if source == template.render({**params, own: base[own]}):
                                 continue  # the direction's own knob does not shape this kernel: not its move
                             if source not in tried and source not in seen:
                                 seen.add(source)
                                 yield template, params, parent.id if parent else None
+
+    def _knob_directions(self, direction: str) -> frozenset[str]:
+        return moved_knobs(self.context.directions[direction])
 
     def _parent_groups(self, ctx: Mapping[str, Any]) -> list[list[Candidate | None]]:
         """The parents within `parent_window` of the best, then the slower ones (best first in each)."""
@@ -194,10 +198,11 @@ def _base_params(template: Template, parent: Candidate | None, rank: dict[str, i
     }
 
 
-def _neighbours(template, base, direction, rank, space, pairs) -> Iterator[tuple[dict[str, Any], str]]:
-    """(params, the direction's knob they change): each own knob moved alone, or with one other knob."""
+def _neighbours(template, base, knob_directions, rank, space, pairs) -> Iterator[tuple[dict[str, Any], str]]:
+    """(params, the direction's knob they change): each own knob (of `knob_directions`) moved alone, or with one
+    other knob."""
     admissible = [n for n, k in template.knobs.items() if rank[k.space] <= rank[space]]
-    own = [n for n in admissible if template.knobs[n].direction == direction]
+    own = [n for n in admissible if template.knobs[n].direction in knob_directions]
     for name in own:
         for value in template.knobs[name].values:
             if value == base[name]:

@@ -314,3 +314,105 @@ def test_a_pip_installed_architecture_and_space_run_the_host_loop_under_their_ow
     checked = run_hiera("eval", str(asm), "--workload", "stencil2d", "--arch", "acme-cpu", "--space", "cuda_libraries",
                         "--set", "workload.stencil2d.host_n=64", cwd=tmp_path, env=env)
     assert "uses inline assembly" in checked.stdout + checked.stderr
+
+
+
+DIRECTION_PLUGIN = '''
+"""hiera-occupancy: a direction O that steers the parallelism knobs workloads already have."""
+from typing import ClassVar
+
+from hiera_core import DirectionKnowledge, StrategyTemplate, hookimpl
+
+
+class Occupancy:
+    name: ClassVar[str] = "O"
+    order: ClassVar[int] = 0
+    moves: ClassVar[tuple[str, ...]] = ("P",)
+    signals: ClassVar[tuple[str, ...]] = ("memory_floor_fraction",)
+    title: ClassVar[str] = "Occupancy"
+    description: ClassVar[str] = "Keep every core busy."
+    config_class = None
+
+    def __init__(self, config):
+        pass
+
+    def score(self, profile):
+        if profile is None or "memory_floor_fraction" not in profile.signals:
+            return 0.0, "O: no memory_floor_fraction"
+        fraction = profile.signals["memory_floor_fraction"]
+        return (1.0 if fraction < 0.5 else 0.0), f"O: the memory floor is {fraction:.2f} of the time: cores idle"
+
+
+@hookimpl
+def hiera_register_directions():
+    return [Occupancy]
+
+
+@hookimpl
+def hiera_direction_knowledge(direction, kind):
+    if direction != "O":
+        return None
+    return DirectionKnowledge(knowledge="Idle cores waste the memory system.", rubric="High when cores idle.",
+                              strategies=((), (StrategyTemplate(name="occupy every core", steps=("thread it",)),)))
+'''
+
+NOTHING_PLUGIN = '''
+"""hiera-nothing: a direction Z that steers no knob any workload has."""
+from typing import ClassVar
+
+from hiera_core import hookimpl
+
+
+class Nothing:
+    name: ClassVar[str] = "Z"
+    order: ClassVar[int] = 0
+    title: ClassVar[str] = "Nothing"
+    description: ClassVar[str] = "Moves no knob any workload has."
+    config_class = None
+
+    def __init__(self, config):
+        pass
+
+    def score(self, profile):
+        return 1.0, "Z: always keen"
+
+
+@hookimpl
+def hiera_register_directions():
+    return [Nothing]
+'''
+
+
+@pytest.mark.slow
+def test_a_pip_installed_direction_steers_existing_knobs_and_the_expert_picks_it(tmp_path):
+    """The expert scores a third-party direction by its own rule and moves the knobs it declares (`moves`); a
+    direction that moves no knob scores 0 there. With only that one, every score is 0: the search stops with a note,
+    no strategy is asked for, and nothing raises."""
+    env = pip_install(tmp_path, "hiera-occupancy", "hiera_occupancy", DIRECTION_PLUGIN)
+    env = {"PYTHONPATH": env["PYTHONPATH"]}
+    pip_install(tmp_path, "hiera-nothing", "hiera_nothing", NOTHING_PLUGIN)  # into the same folder
+    small = ["--workload", "stencil2d", "--arch", "host", "--set", "workload.stencil2d.host_n=256", "--set", "run.remeasure=false",
+             "--rounds", "1", "--population", "2"]
+    done = run_hiera(*small, "--run-dir", "run", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    events = RunStore.open(tmp_path / "run").events
+    [plan] = [e.plan for e in events if isinstance(e, records.PlanMade)]
+    assert plan.decision.direction == "O", plan.decision
+    assert plan.decision.scores["Z"] == 0 and "Z: no untried move left" in plan.decision.rationale
+    assert plan.strategy.name == "occupy every core"
+    [batch] = [e for e in events if isinstance(e, records.CandidatesGenerated) and e.round == 1]
+    assert len(batch.candidates) == 2 and all(c.direction == "O" and "threads=" in c.origin for c in batch.candidates)
+
+    only_z = {**env, "HIERA_DISABLE_PLUGINS": "direction-c,direction-p,direction-m,direction-r,direction-t,occupancy"}
+    alone = run_hiera(*small, "--run-dir", "alone", cwd=tmp_path, env=only_z)
+    assert alone.returncode == 0, alone.stderr
+    events = RunStore.open(tmp_path / "alone").events
+    [plan] = [e.plan for e in events if isinstance(e, records.PlanMade)]
+    assert plan.decision.exhausted and plan.strategy.name == "none: every direction scored 0"
+    assert [e.notes for e in events if isinstance(e, records.CandidatesGenerated) and e.round == 1] == [
+        [f"the search stops: the planner scored every direction 0 ({plan.decision.rationale})"]]
+
+    none = run_hiera(*small, "--run-dir", "none", cwd=tmp_path, env={**only_z, "HIERA_DISABLE_PLUGINS": only_z["HIERA_DISABLE_PLUGINS"] + ",nothing"})
+    assert none.returncode == 2 and not (tmp_path / "none").exists()
+    assert none.stderr.splitlines() == ["hiera: error: the 'hiera' search plans by direction, and no direction plugin is"
+                                        " installed or enabled (see HIERA_DISABLE_PLUGINS)"]

@@ -91,7 +91,10 @@ class Agents:
         return self._ask(ctx, "ssda", prompt, parse)
 
     def plan_strategy(self, ctx: PlanningContext, decision: SpaceDecision) -> Strategy:
-        """SPA: a concrete strategy for the decided space and its top direction."""
+        """SPA: a concrete strategy for the decided space and its top direction; none is asked for when every
+        direction scored 0 (the search stops there)."""
+        if decision.exhausted:
+            return Strategy(space=decision.space, direction=decision.direction, name="none: every direction scored 0")
         prompt = prompts.spa(self.session, ctx, decision)
 
         def parse(answer: AgentAnswer) -> Strategy:
@@ -262,7 +265,7 @@ class Agents:
             with slots:
                 try:
                     results[i] = context.run(calls[i])
-                except Exception as exc:  # AgentError is a result; anything else is re-raised below
+                except Exception as exc:  # noqa: BLE001 -- AgentError is a result; anything else is re-raised below
                     results[i] = exc
 
         threads = [threading.Thread(target=run, args=(i, contextvars.copy_context()), daemon=True) for i in range(len(calls))]
