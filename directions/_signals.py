@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from hiera_core.records import Profile
 
-
 HEADROOM = ("memory_floor_fraction", "compute_floor_fraction")
 """Floor time / measured time, memory and arithmetic: every score is scaled by what they leave to win."""
 

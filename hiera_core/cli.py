@@ -16,20 +16,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from hiera_core import __version__, api, hookimpl
-from hiera_core.config import (
-    PLUGIN_TABLES,
-    HieraConfig,
-    structure,
-)
+from hiera_core.config import PLUGIN_TABLES, HieraConfig, structure
 from hiera_core.errors import HieraError
 from hiera_core.logging import configure_logging
 from hiera_core.plugins import PluginError, collect, describe_plugins, make_plugin_manager
 from hiera_core.protocols import StagePassed
 from hiera_core.records import Evaluation, Measured, RunFinished
-from hiera_core.serialization import to_dict
 from hiera_core.report import write_report
-from hiera_core.store import MANIFEST, RunStore, new_run_id
+from hiera_core.serialization import to_dict
 from hiera_core.session import DeviceMissing
+from hiera_core.store import MANIFEST, RunStore, new_run_id
 from hiera_core.suite import find_runs, write_suite_report
 
 log = structlog.get_logger(__name__)
@@ -227,7 +223,7 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
             except api.Paused as exc:
                 paused.append(task.name)
                 console.print(f"{task.name}: {exc}", markup=False)
-            except Exception as exc:  # noqa: BLE001 -- one task's failure must not stop the batch
+            except Exception as exc:
                 if not isinstance(exc, HieraError):  # hiera's own fault, not a stated reason: its backtrace to the log
                     log.exception("suite_task_failed", task=task.name)
                 failed[task.name] = f"{type(exc).__name__}: {exc}".splitlines()[0]

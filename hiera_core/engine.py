@@ -7,6 +7,7 @@ evaluation is read back, never redone.
 
 from __future__ import annotations
 
+import functools
 import json
 import platform
 import sys
@@ -178,9 +179,9 @@ class Engine:
             ctx = self._context(round_)
             plan = self._plan(ctx) if self.agents.plans else None
             if plan is not None and plan.decision.exhausted:
-                self._generated(round_, lambda: _nothing_left(round_, plan))
+                self._generated(round_, functools.partial(_nothing_left, round_, plan))
                 break
-            batch = self._generated(round_, lambda: self._generate(ctx, plan))
+            batch = self._generated(round_, functools.partial(self._generate, ctx, plan))
             self._evaluate_round(round_, batch)
 
         best = self._finish()

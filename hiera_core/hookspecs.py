@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from hiera_core.context import RunContext
     from hiera_core.protocols import (
         Architecture,
         Direction,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
         Search,
         Workload,
     )
-    from hiera_core.context import RunContext
     from hiera_core.records import Candidate, Evaluation, Plan, RunManifest
 
 PROJECT = "hiera"

@@ -152,7 +152,7 @@ class Pipeline:
                 if hasattr(evaluator, "start"):
                     try:
                         early[evaluator.name] = evaluator.start(job)
-                    except Exception:  # noqa: BLE001 -- its own turn starts it again and says what failed
+                    except Exception:
                         log.exception("evaluator_start_failed", evaluator=evaluator.name, candidate=job.candidate.id)
             for evaluator in self.evaluators:
                 if not self._runs(evaluator, job):
@@ -218,7 +218,7 @@ def pipeline_for(config: HieraConfig, pm: pluggy.PluginManager, arch: Architectu
     be found there by name."""
     plugins, objects = [], []
     distributed = {id(plugin) for plugin, _ in pm.list_plugin_distinfo()}
-    for name, plugin in pm.list_name_plugin():
+    for _name, plugin in pm.list_name_plugin():
         if plugin is None or id(plugin) in distributed:
             continue
         module = getattr(plugin, "__name__", None)

@@ -520,7 +520,7 @@ _FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime"
 
 
 def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> int:
-    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
+    enc = lambda s: s.encode() if s is not None else None
     if libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
         return ctypes.get_errno()
     return 0
@@ -552,7 +552,7 @@ def enter(writable: Sequence[str], *, private_tmp: bool = False) -> None:
         if os.path.isdir(point):
             _mount(libc, "tmpfs", point, "tmpfs", MS_NOSUID | MS_NODEV, TMPFS)
             keep.append(point)
-    inside = lambda point: any(point == k or point.startswith(k.rstrip("/") + "/") for k in keep)  # noqa: E731
+    inside = lambda point: any(point == k or point.startswith(k.rstrip("/") + "/") for k in keep)
     for point, flags in _mounts():
         if inside(point) or point == "/proc":  # the namespace's own /proc; the CUDA driver fails where it is read-only
             continue
@@ -738,7 +738,7 @@ def confine(argv: list[str]) -> None:
 def _hide(hide: Sequence[str], keep: Sequence[str]) -> None:
     """An empty read-only tmpfs over each of `hide`, with each of `keep` inside it bound back at its own path."""
     libc = ctypes.CDLL(None, use_errno=True)
-    within = lambda path, root: path == root or path.startswith(root.rstrip("/") + "/")  # noqa: E731
+    within = lambda path, root: path == root or path.startswith(root.rstrip("/") + "/")
     keep = [k for k in sorted(keep, key=len) if os.path.exists(k)]
     keep = [k for i, k in enumerate(keep) if not any(within(k, other) for other in keep[:i])]
     for root in hide:

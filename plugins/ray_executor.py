@@ -92,7 +92,7 @@ class _Cluster:
             _reachable(config.address, config.connect_timeout_s)
             try:
                 ray.init(address=config.address, **quiet)
-            except Exception as exc:  # noqa: BLE001 -- whatever Ray raises, the user gets one line
+            except Exception as exc:
                 hint = (" (a cluster with token authentication, Ray's default, also needs RAY_AUTH_MODE=token and its"
                         " token where hiera runs: docs/distributed.md)") if isinstance(exc, ConnectionError) else ""
                 raise ExecutorError(f"the Ray cluster at '{config.address}' cannot be used: {one_line(exc)}{hint}") from exc
@@ -103,7 +103,7 @@ class _Cluster:
             resources["num_gpus"] = config.gpus
         try:
             ray.init(include_dashboard=False, _temp_dir=self.temp_dir, _node_ip_address="127.0.0.1", **resources, **quiet)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ExecutorError(f"a Ray cluster could not be started on this machine: {one_line(exc)}") from exc
 
 

@@ -13,8 +13,8 @@ import pytest
 from hiera_core import records
 from hiera_core.config import load_config
 from hiera_core.engine import evaluate_source
-from hiera_core.pipeline import implausible
 from hiera_core.judging import NullBatches, TimedBatch, batch_length, timed_series, timing_verdict
+from hiera_core.pipeline import implausible
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.sandbox import protection
 from hiera_core.session import Session
@@ -240,7 +240,7 @@ def test_an_honest_series_timed_under_a_passing_load_is_timed_again_and_accepted
     """A load that starts beside an honest runner makes one series disagree; the next, on a quiet machine, agrees."""
     series = iter([[TimedBatch(calls=11, wall_ms=0.40 + 11 * 0.90, in_process_ms=[0.56] * 11)] * 3,
                    [TimedBatch(calls=11, wall_ms=0.40 + 11 * 0.56, in_process_ms=[0.56] * 11)] * 3])
-    batches, verdict = timed_series(lambda: next(series), NULL, attempts=3, tolerance_fraction=0.03, tolerance_ms=0.003)
+    _batches, verdict = timed_series(lambda: next(series), NULL, attempts=3, tolerance_fraction=0.03, tolerance_ms=0.003)
     assert verdict.consistent and "series 2" in verdict.reason and abs(verdict.latency_ms - 0.56) < 1e-9
 
 

@@ -10,16 +10,18 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins"))
 
-from adversarial import CANDIDATES, CUBLAS_HIDDEN  # noqa: E402
-from gpu_tasks import SEEDS, TinyOps  # noqa: E402
+import itertools
 
-from hiera_core import EvalJob  # noqa: E402
-from hiera_core.records import Candidate  # noqa: E402
-from hiera_core.source_rules import violation  # noqa: E402
-from hiera_plugins.cuda import checks  # noqa: E402
-from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig, find_cuda_home  # noqa: E402
-from hiera_plugins.cuda.build import build_candidate, compiler_errors  # noqa: E402
-from hiera_plugins.spaces import CudaLibraries, LibrariesPytorch, PureCuda  # noqa: E402
+from adversarial import CANDIDATES, CUBLAS_HIDDEN
+from gpu_tasks import SEEDS, TinyOps
+
+from hiera_core import EvalJob
+from hiera_core.records import Candidate
+from hiera_core.source_rules import violation
+from hiera_plugins.cuda import checks
+from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig, find_cuda_home
+from hiera_plugins.cuda.build import build_candidate, compiler_errors
+from hiera_plugins.spaces import CudaLibraries, LibrariesPytorch, PureCuda
 
 RANK = {s.name: s.rank for s in (PureCuda, CudaLibraries, LibrariesPytorch)}
 STATIC = {name: c for name, c in CANDIDATES.items() if c[3] == "static_rejected" and name != "dispatcher-in-pure"}
@@ -31,14 +33,14 @@ def _static_reason(space, source):
 
 @pytest.mark.parametrize("name", sorted(STATIC))
 def test_a_hack_visible_in_the_source_is_rejected_before_compiling(name):
-    task, space, source, kind, words = STATIC[name]
+    _task, space, source, _kind, words = STATIC[name]
     reason = _static_reason(space, source)
     assert reason is not None and words in reason
 
 
 @pytest.mark.parametrize("name", sorted(set(CANDIDATES) - set(STATIC)))
 def test_hacks_that_only_running_reveals_pass_the_source_scan(name):
-    task, space, source, kind, words = CANDIDATES[name]
+    _task, space, source, _kind, _words = CANDIDATES[name]
     assert _static_reason(space, source) is None
 
 
@@ -192,7 +194,7 @@ def test_calls_rotate_over_places_of_their_own_within_the_gpus_free_memory():
     plan = memory_plan(grid, grid, 2 * grid, free, 4)
     assert plan.places == 4
     starts = [(k * plan.in_stride, k * plan.out_stride) for k in range(plan.places)]
-    assert all(b[0] - a[0] >= grid and b[1] - a[1] >= grid for a, b in zip(starts, starts[1:]))  # no overlap
+    assert all(b[0] - a[0] >= grid and b[1] - a[1] >= grid for a, b in itertools.pairwise(starts))  # no overlap
     assert len({(i - o) % 2**21 for i, o in starts}) == plan.places  # the input lies elsewhere against the output each time
     assert all(i % ALIGN == 0 and o % ALIGN == 0 for i, o in starts)
     assert memory_plan(grid, grid, 0, free, 1).places == 1 and memory_plan(100, 4, 0, free, 4).places == 4

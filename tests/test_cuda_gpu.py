@@ -10,17 +10,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins"))
 
-from adversarial import (  # noqa: E402
-    CANDIDATES, CUBLAS_HIDDEN, DRIVER_STREAM_HIDDEN, EARLY_REPLY, SCALED_EVENTS, SECRETS, SURVIVOR,
-)
-from conftest import run_hiera  # noqa: E402
-from gpu_tasks import SEEDS  # noqa: E402
+from adversarial import CANDIDATES, CUBLAS_HIDDEN, DRIVER_STREAM_HIDDEN, EARLY_REPLY, SCALED_EVENTS, SECRETS, SURVIVOR
+from conftest import run_hiera
+from gpu_tasks import SEEDS
 
-from hiera_core import records  # noqa: E402
-from hiera_core.config import load_config  # noqa: E402
-from hiera_core.engine import candidate_id, new_job, roofline_for  # noqa: E402
-from hiera_core.plugins import make_plugin_manager  # noqa: E402
-from hiera_core.session import Session  # noqa: E402
+from hiera_core import records
+from hiera_core.config import load_config
+from hiera_core.engine import candidate_id, new_job, roofline_for
+from hiera_core.plugins import make_plugin_manager
+from hiera_core.session import Session
 
 torch = pytest.importorskip("torch")
 pytestmark = [
@@ -76,7 +74,7 @@ def test_every_hack_is_rejected_with_its_reason_and_the_run_goes_on(tmp_path, ta
     outcomes = _evaluate_all(session, suite, tmp_path)
     report = {name: f"{type(e).__name__}: {getattr(e, 'reason', '') or getattr(e, 'log', '')[:300]}" for name, e in outcomes.items()}
     print(json.dumps(report, indent=1))
-    for name, (t, space, source, kind, words) in CANDIDATES.items():
+    for name, (t, _space, _source, kind, words) in CANDIDATES.items():
         if t == task:
             evaluation = outcomes[name]
             assert isinstance(evaluation, KIND[kind]), (name, report[name])

@@ -12,10 +12,10 @@ from hiera_core import DirectionKnowledge, StrategyTemplate, hookimpl
 from hiera_core.plugins import PluginError, collect, direction_knowledge, make_plugin_manager
 from hiera_core.protocols import Direction
 from hiera_core.records import Profile
+from hiera_directions import control, memory, parallelism, reuse, tensor
 
 LETTERS = ("C", "P", "M", "R", "T")  # the paper's order
 RANKS = (0, 1, 2)  # pure_cuda, cuda_libraries, libraries_pytorch
-from hiera_directions import control, memory, parallelism, reuse, tensor
 
 MODULES = (control, parallelism, memory, reuse, tensor)
 KINDS = ("host", "cuda")

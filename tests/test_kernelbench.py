@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import run_hiera
+
+from hiera_core import NoSeed
 from hiera_core.cli import main
 from hiera_core.plugins import collect, make_plugin_manager
 from hiera_core.source_rules import violation
 from hiera_plugins.cuda.checks import SOURCE_RULES, hack_in_source
-from hiera_core import NoSeed
-from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
 from hiera_plugins.spaces import LibrariesPytorch
+from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
 
 ROOT = Path(__file__).parent / "plugins" / "kernelbench_tasks"
 PLUGIN = [] if any(ep.value == "hiera_workloads.kernelbench" for ep in entry_points(group="hiera")) else [
@@ -583,8 +583,8 @@ def test_a_forward_torch_fx_cannot_trace_is_lowered_to_aten_operators_and_the_se
     operand, a concatenation), which compiles for the CPU and matches the model (level 3 tasks 43, 44, 50)."""
     from torch.utils.cpp_extension import load_inline
 
-    from hiera_workloads.kernelbench.analysis import build_model, load_task_module, state_of
     from hiera_plugins.spaces import CudaLibraries
+    from hiera_workloads.kernelbench.analysis import build_model, load_task_module, state_of
 
     w = task_checkout(tmp_path, 3, "1_Causal_attention", ATTENTION_TASK)
     [task] = w.tasks()

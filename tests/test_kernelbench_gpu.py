@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import run_hiera
+
 from hiera_core import records
 from hiera_core.report import compiled_reference
 from hiera_core.store import RunStore

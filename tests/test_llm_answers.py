@@ -150,7 +150,7 @@ def test_every_schema_violation_is_reported_at_once_with_its_path():
         "answer.scores.C = 2 is outside [0, 1]",
     ]
     assert str(raised.value).startswith("5 schema violations: ")
-    with pytest.raises(SchemaError, match="13 schema violations: .*; and 1 more$"):
+    with pytest.raises(SchemaError, match=r"13 schema violations: .*; and 1 more$"):
         validate({"candidates": [{"source": ""}] * 12}, {"type": "object", "required": ["name"], "properties": {
             "candidates": {"type": "array", "items": {"type": "object", "properties": {"source": {"type": "string", "minLength": 1}}}}}})
 

@@ -6,11 +6,11 @@ import json
 import secrets
 
 import pytest
-from hiera_workloads.stencil2d.host import HostStencilTemplate
 from llm_chat_server import ChatServer, Reply
 
 from hiera_core import records
 from hiera_core.store import RunStore
+from hiera_workloads.stencil2d.host import HostStencilTemplate
 
 TEMPLATE = HostStencilTemplate()
 BROKEN = "int hiera_stencil2d(int n) { this is not C }\n"

@@ -11,7 +11,6 @@ import pytest
 from conftest import HIERA
 
 import hiera_core
-
 from hiera_core import records
 from hiera_core.store import RunStore
 from hiera_plugins.llm.exchange import ExchangeFolder
@@ -60,7 +59,7 @@ def test_a_separate_process_answers_a_whole_run_through_the_exchange_folder(tmp_
     answerer = subprocess.run(
         [sys.executable, "answerer.py", str(HIERA), "ex", "answers.json"], cwd=tmp_path, capture_output=True, text=True, timeout=180,
     )
-    out, err = run.communicate(timeout=180)
+    _out, err = run.communicate(timeout=180)
     assert answerer.returncode == 0 and answerer.stdout.strip() == "4", answerer.stderr
     assert run.returncode == 0, err
 

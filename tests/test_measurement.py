@@ -16,8 +16,8 @@ from hiera_core import hookimpl, records
 from hiera_core.agents.feedback import profile_summary
 from hiera_core.config import load_config
 from hiera_core.engine import Engine, create_run, evaluate_source, standing
-from hiera_core.records import beats
 from hiera_core.plugins import make_plugin_manager
+from hiera_core.records import beats
 from hiera_core.session import Session
 from hiera_core.store import RunStore
 

@@ -170,6 +170,7 @@ def test_the_stencil_prompts_say_the_weights_are_random_and_sum_to_1_and_give_ra
 @pytest.mark.parametrize("seed", [1, 2])
 def test_the_inputs_a_host_check_draws_are_what_the_prompt_says(seed):
     import numpy as np
+
     from hiera_workloads.stencil2d.host import HostStencilHarness
 
     harness = HostStencilHarness(n=37, radius=3, steps=1)
@@ -238,7 +239,7 @@ def test_cuda_describes_a_visible_gpu_by_name_sms_memory_and_capability(monkeypa
 
 
 def test_the_host_prompts_say_what_each_space_admits_in_the_checks_terms_with_no_gpu_words(host_run):
-    prompts, engine = host_run
+    prompts, _engine = host_run
     spaces = section(prompts["ssda"][0], "Implementation spaces you may choose")
     lines = dict(line[2:].split(": ", 1) for line in spaces.strip().splitlines())
     assert lines["pure_cuda"].count("No threads: the candidate runs on one core") == 1

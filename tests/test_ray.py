@@ -209,7 +209,7 @@ def test_a_plugin_passed_as_an_object_cannot_travel_to_a_worker_and_says_so(tmp_
         def hiera_register_evaluators(self):
             return []
 
-    with pytest.raises(CannotTravel, match="plugin Lab was registered as an object.*register its module instead"):
+    with pytest.raises(CannotTravel, match=r"plugin Lab was registered as an object.*register its module instead"):
         hiera_core.run(workload="stencil2d", arch="host", executor="ray", plugins=[Lab()], run_dir=str(tmp_path / "run"),
                        config={"executor": {"ray": {"address": "127.0.0.1:9"}}})
     assert not (tmp_path / "run").exists()
@@ -223,7 +223,7 @@ def test_a_worker_whose_sandbox_holds_less_than_the_runs_machine_evaluates_nothi
 
     session = api.session(api.settings(workload="stencil2d", arch="host", executor="ray"))
     contract, toolchain = session.workload.contract(session.task, "host"), session.arch.toolchain()
-    source, params, origin = session.workload.seed(session.task, "host")
+    source, _params, _origin = session.workload.seed(session.task, "host")
     candidate = records.Candidate(id=candidate_id(source, contract, toolchain), source=source, space="pure_cuda", round=0)
     job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=None, workdir=tmp_path / "run")
     here = records.Protection(pid_namespace=False, network_namespace=False, read_only_root=False, dropped_capabilities=True,

@@ -84,7 +84,7 @@ def build(session, source: str, name: str):
 
 
 def test_the_honest_control_still_builds(session):
-    evaluation, log, seconds = build(session, HONEST, "control")
+    evaluation, _log, seconds = build(session, HONEST, "control")
     assert isinstance(evaluation, hiera_core.StagePassed), evaluation
     library = Path(evaluation.job.artifacts["library"])
     assert library.is_file() and not library.is_symlink()
@@ -136,7 +136,7 @@ def test_what_the_assembler_reads_from_outside_stays_out_of_the_log(session, out
 
 def test_a_huge_compile_log_is_cut_to_its_head_and_tail(session):
     errors = "#define E0 int 0;\n" + "".join(f"#define E{i} E{i - 1} E{i - 1} E{i - 1} E{i - 1}\n" for i in range(1, 7))
-    evaluation, log, seconds = build(session, HONEST + errors + "E6\n", "huge-log")
+    evaluation, log, _seconds = build(session, HONEST + errors + "E6\n", "huge-log")
     assert isinstance(evaluation, records.CompileFailed), evaluation
     assert "bytes of output dropped" in log and len(log.encode()) < 80_000
     assert "error" in evaluation.log and len(evaluation.log) <= 4000

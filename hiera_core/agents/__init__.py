@@ -23,7 +23,16 @@ read strictly, the roles' schemas), `feedback` (what evaluating a candidate gave
 `prompts` (the roles' prompts), `cache` (the answer cache) and `roles` (the agents asking the backend).
 """
 
-from hiera_core.agents.answers import JUDGE_SCHEMA, OA_SCHEMA, SPA_SCHEMA, SchemaError, cut_off, extract_json, ssda_schema, validate
+from hiera_core.agents.answers import (
+    JUDGE_SCHEMA,
+    OA_SCHEMA,
+    SPA_SCHEMA,
+    SchemaError,
+    cut_off,
+    extract_json,
+    ssda_schema,
+    validate,
+)
 from hiera_core.agents.cache import ANSWER_CACHE, AnswerCache, request_key
 from hiera_core.agents.context import Brief, GeneratedSource, Generation, PlanningContext
 from hiera_core.agents.feedback import execution_feedback, profile_summary

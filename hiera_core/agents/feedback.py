@@ -6,16 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from hiera_core.records import (
-    CompileFailed,
-    Crashed,
-    Evaluation,
-    Incorrect,
-    Measured,
-    Rejected,
-    StaticRejected,
-    TimedOut,
-)
+from hiera_core.records import CompileFailed, Crashed, Evaluation, Incorrect, Measured, Rejected, StaticRejected, TimedOut
 
 LOG_LIMIT = 1500
 """Characters of one compiler log or failure quoted in a prompt."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hiera_core.agents.answers import JUDGE_SCHEMA, OA_SCHEMA, SPA_SCHEMA
 from hiera_core.agents.context import Brief, PlanningContext
-from hiera_core.agents.feedback import outcome, execution_feedback, profile_summary
+from hiera_core.agents.feedback import execution_feedback, outcome, profile_summary
 from hiera_core.records import Candidate, Evaluation, Measured, SpaceDecision, beats
 
 if TYPE_CHECKING:

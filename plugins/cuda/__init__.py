@@ -2,7 +2,6 @@
 GPU by a judge that never loads them (profiling is the `ncu` plugin's)."""
 
 from hiera_core import hookimpl
-
 from hiera_plugins.cuda.architecture import CudaArchitecture
 from hiera_plugins.cuda.evaluators import CudaCompile, CudaRun, CudaStatic
 from hiera_plugins.cuda.knowledge import KNOWLEDGE

@@ -135,7 +135,7 @@ class CudaArchitecture:
             return f"{major}.{minor}{'a' if (major, minor) in ((9, 0), (10, 0)) else ''}"
         return "9.0a"
 
-    @functools.cache
+    @functools.cache  # noqa: B019 -- one architecture object a process; its peaks are measured once
     def peaks(self, dtype: str) -> tuple[float, float]:
         """Device copy bandwidth and the best GEMM rate for `dtype`, measured in a fresh process."""
         code = _PEAKS.format(device=self.config.device, dtype=dtype)

@@ -307,7 +307,7 @@ def main() -> None:
             build_directory=request["build_dir"],
             verbose=True,
         )
-    except Exception as exc:  # the compiler's diagnostics are in the message
+    except Exception as exc:  # noqa: BLE001 -- the compiler's diagnostics are in the message
         print(str(exc), file=sys.stderr)
         sys.exit(1)
 

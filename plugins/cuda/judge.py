@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import itertools
 import json
 import math
 import pickle
@@ -49,8 +50,8 @@ from hiera_core.records import (
     Crashed,
     Incorrect,
     JudgeAnswer,
-    JudgeRequest,
     Judged,
+    JudgeRequest,
     Loaded,
     Rejected,
     TimedOut,
@@ -433,7 +434,7 @@ class CudaJudge:
             draws = [(self.random.getrandbits(62), h.distributions[(count + k) % len(h.distributions)]) for k in range(n)]
             inputs = [functools.partial(h.make_inputs, timing_case, seed, distribution) for seed, distribution in draws]
             self.current = f"timed calls {count}-{count + n - 1}: a batch on fresh inputs ({judging.describe_call(timing_case, *draws[0])}, ...)"
-            for attempt in range(s["timing_attempts"] + 1):
+            for _attempt in range(s["timing_attempts"] + 1):
                 paired, _ = self.batch([lambda: sample] * n, timing_reference, null=True)
                 batch, placed = self.batch(inputs, timing_reference)
                 if batch is not None:
@@ -444,7 +445,7 @@ class CudaJudge:
                 raise judging.Wrong("the GPU was still busy with the candidate's work after its reply, batch after batch"
                                     f" (the judge's idle probe took more than {SLICE_MS} ms)")
             first, count = count, count + n
-            for k, (views, target) in enumerate(placed):
+            for k, (_views, target) in enumerate(placed):
                 if not bool(torch.isfinite(target).all()) and target.is_floating_point():
                     raise judging.Wrong(f"timed call {first + k}: non-finite values in its output (never written?)")
             chosen = {self.random.randrange(n)} | {k for k in range(n) if self.random.random() < s["check_fraction"]}
@@ -600,7 +601,7 @@ class CudaJudge:
                     raise judging.RunnerGone(f"the runner placed output {k} outside the memory it names")
                 spans.append((handle, start, start + nbytes, k))
             spans.sort()
-            for (handle, _, end, k), (other, start, _, j) in zip(spans, spans[1:]):
+            for (handle, _, end, k), (other, start, _, j) in itertools.pairwise(spans):
                 if handle == other and start < end:
                     raise judging.Wrong(f"timed calls {min(j, k)} and {max(j, k)} of a batch returned the same memory")
             for handle, start, end, k in spans:

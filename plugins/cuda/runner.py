@@ -24,8 +24,20 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hiera_core import judging
 from hiera_core.records import (
-    AttachOrder, BatchDone, BatchOrder, BufferView, CallDone, CallFailed, CallOrder, LoadOrder, Loaded,
-    Order, Prepared, Reply, StartBatch, Task,
+    AttachOrder,
+    BatchDone,
+    BatchOrder,
+    BufferView,
+    CallDone,
+    CallFailed,
+    CallOrder,
+    Loaded,
+    LoadOrder,
+    Order,
+    Prepared,
+    Reply,
+    StartBatch,
+    Task,
 )
 from hiera_core.serialization import from_dict
 from hiera_plugins.cuda import ipc

@@ -4,7 +4,6 @@ It makes the whole HIERA loop run, and be tested, where there is no GPU.
 """
 
 from hiera_core import hookimpl
-
 from hiera_plugins.host.architecture import HostArchitecture
 from hiera_plugins.host.evaluators import HostCompile, HostRun
 from hiera_plugins.host.knowledge import KNOWLEDGE

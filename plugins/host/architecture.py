@@ -125,7 +125,7 @@ class HostArchitecture:
     def toolchain(self) -> dict[str, Any]:
         return {"cc": self.config.cc, "version": _compiler_version(self.config.cc), "cflags": list(self.config.cflags)}
 
-    @functools.cache
+    @functools.cache  # noqa: B019 -- one architecture object a process; its peaks are measured once
     def peaks(self, dtype: str) -> tuple[float, float]:
         """Copy bandwidth and FP64 FMA rate over all cores, measured by a small C program."""
         if dtype != "float64":

@@ -13,7 +13,7 @@ import attrs
 
 from hiera_core import EvalJob, StagePassed
 from hiera_core.judging import StartedJudge, device_lock
-from hiera_core.records import CompileFailed, Evaluation, JudgeRequest, Judged, Measured, Profile, StaticRejected
+from hiera_core.records import CompileFailed, Evaluation, Judged, JudgeRequest, Measured, Profile, StaticRejected
 from hiera_core.sandbox import (
     COMPILER_LOG_BYTES,
     LISTING_MEMORY_BYTES,
@@ -29,7 +29,6 @@ from hiera_core.sandbox import (
     run_sandboxed,
     search_folders,
 )
-
 from hiera_plugins.host.architecture import candidate_cores, cpu_cores
 
 TIMING_LOCK = "host-cpu"

@@ -37,8 +37,8 @@ from hiera_core.records import (
     CallOrder,
     Incorrect,
     JudgeAnswer,
-    JudgeRequest,
     Judged,
+    JudgeRequest,
     Rejected,
     TimedOut,
 )

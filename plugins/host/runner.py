@@ -14,7 +14,17 @@ import numpy as np
 
 from hiera_core import judging
 from hiera_core.records import (
-    BatchDone, BatchOrder, BufferView, CallDone, CallOrder, LoadOrder, Loaded, Order, Prepared, Reply, StartBatch,
+    BatchDone,
+    BatchOrder,
+    BufferView,
+    CallDone,
+    CallOrder,
+    Loaded,
+    LoadOrder,
+    Order,
+    Prepared,
+    Reply,
+    StartBatch,
 )
 
 

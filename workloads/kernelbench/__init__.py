@@ -2,7 +2,6 @@
 ATen-translated seeds."""
 
 from hiera_core import hookimpl
-
 from hiera_workloads.kernelbench.workload import KernelBench
 
 

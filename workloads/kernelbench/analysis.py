@@ -143,9 +143,9 @@ def analyse(module: ModuleType) -> TaskAnalysis:
         inputs = meta_inputs(module)
     except Exception as exc:  # noqa: BLE001
         raise TaskUnusable(f"building the model or its inputs failed: {one_line(exc)}") from None
-    from hiera_plugins.cuda.runner import OpNames
-
     from torch.utils.flop_counter import FlopCounterMode
+
+    from hiera_plugins.cuda.runner import OpNames
 
     traced_on = "meta"
     ops, flops = OpNames(), FlopCounterMode(display=False)

@@ -364,7 +364,7 @@ class _Emitter:
         name = ALIASES.get(name, name)
         if name in ("max", "min") and len(args) == 2 and self.kind.get(args[1]) in (*TENSOR_KINDS, "constant"):
             name = "maximum" if name == "max" else "minimum"  # torch.min(x, other): elementwise, not a reduction
-        if not args or not hasattr(args[0], "op") and name not in fusion.BINARY_C:
+        if not args or (not hasattr(args[0], "op") and name not in fusion.BINARY_C):
             return None
         if name in fusion.UNARY_C and len(args) == 1 and not kwargs:
             return args[0], fusion.Step(fusion.UNARY_C[name])
@@ -630,7 +630,7 @@ class _Emitter:
             elif item is None:
                 expr = f"{expr}.unsqueeze({dim})"
                 dim += 1
-            elif isinstance(item, int) and not isinstance(item, bool) or self.kind.get(item) == "int":
+            elif (isinstance(item, int) and not isinstance(item, bool)) or self.kind.get(item) == "int":
                 expr = f"{expr}.select({dim}, {self.arg(item)})"
             else:
                 raise NoTranslation(f"tensor indexing with {type(item).__name__}")

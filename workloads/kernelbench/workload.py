@@ -238,7 +238,7 @@ class TranslationTemplate:
     candidate, in pure CUDA (direction M: the kernel's own loads and stores)."""
 
     name = "kernelbench-aten"
-    knobs = {"fuse_pointwise": Knob(values=(False, True), direction="R", space="libraries_pytorch"),
+    knobs: ClassVar[dict[str, Knob]] = {"fuse_pointwise": Knob(values=(False, True), direction="R", space="libraries_pytorch"),
              "pointwise_kernel": Knob(values=(False, True), direction="M", space="pure_cuda")}
 
     def __init__(self, loaded: _Loaded) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -100,7 +100,7 @@ class HostStencilTemplate:
     """
 
     name = "stencil2d-host"
-    knobs = {
+    knobs: ClassVar[dict[str, Knob]] = {
         "boundary": Knob(values=("checked", "split"), direction="C", space="pure_cuda"),
         "loop_order": Knob(values=("taps_inner", "row_streaming"), direction="M", space="pure_cuda"),
         "unroll": Knob(values=(1, 2, 4, 8), direction="T", space="pure_cuda"),

@@ -1,7 +1,6 @@
 """Registers the stencil2d workload with hiera."""
 
 from hiera_core import hookimpl
-
 from hiera_workloads.stencil2d.workload import Stencil2D
 
 

@@ -94,9 +94,8 @@ class CudaStencilHarness:
 
     def reference(self, case: Mapping[str, Any], inputs: list[Any]) -> Any:
         """The FP64 result of `steps` shifted-add applications, computed with CuPy from the inputs."""
-        import torch
-
         import cupy
+        import torch
 
         field, weights = inputs
         with cupy.cuda.Device(field.device.index):

@@ -15,7 +15,7 @@ import itertools
 import string
 from collections.abc import Mapping
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 from hiera_core.protocols import Knob
 from hiera_core.records import Task
@@ -44,7 +44,7 @@ class CudaStencilTemplate:
     """
 
     name = "stencil2d-cuda"
-    knobs = {
+    knobs: ClassVar[dict[str, Knob]] = {
         "tiling": Knob(values=("global", "smem", "smem_stream", "ring"), direction="R", space="pure_cuda"),
         "block": Knob(values=("32x8", "64x4", "32x16", "128x2"), direction="P", space="pure_cuda"),
         "outputs_per_thread": Knob(values=(1, 4, 8, 16), direction="T", space="pure_cuda"),
@@ -83,7 +83,7 @@ class CudaStencilTemplate:
             return ["cudnn"]
         if params["tiling"] == "ring":
             ring = ["tiling", "boundary", "vector_loads", "ring_columns", "ring_threads", "strip_rows", "ring_stages"]
-            return ring + ["fuse_steps"] if self.steps > 1 else ring  # one step: nothing to fuse
+            return [*ring, "fuse_steps"] if self.steps > 1 else ring  # one step: nothing to fuse
         kernel = ["tiling", "block", "outputs_per_thread", "boundary", "vector_loads"]
         return kernel[:-1] if params["tiling"] == "global" else kernel  # vector loads fill a shared tile
 
