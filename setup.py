@@ -9,5 +9,6 @@ from setuptools import find_packages, setup
 
 ROOT = Path(__file__).parent
 folders = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-setup(packages=[f"{name}.{sub}" if sub else name
-                for name, folder in folders.items() for sub in ["", *find_packages(ROOT / folder)]])
+setup(
+    packages=[f"{name}.{sub}" if sub else name for name, folder in folders.items() for sub in ["", *find_packages(ROOT / folder)]]
+)

@@ -1,10 +1,10 @@
 """Checks every registered plugin class against its protocol; plugin authors run it in their tests:
 
-    from hiera_contracts import check_plugins
-    from hiera_core.plugins import make_plugin_manager
+from hiera_contracts import check_plugins
+from hiera_core.plugins import make_plugin_manager
 
-    def test_my_plugin_conforms():
-        check_plugins(make_plugin_manager(extra_plugins=["my_plugin"]))
+def test_my_plugin_conforms():
+    check_plugins(make_plugin_manager(extra_plugins=["my_plugin"]))
 """
 
 from __future__ import annotations

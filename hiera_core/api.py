@@ -156,8 +156,13 @@ def settings(
         raise SettingsError("give one of config, config_file and config_dir")
     if config_file is not None or config_dir is not None:
         directory = Path(config_dir) if config_dir is not None else Path(".")
-        return load_config(directory, cli=run, overrides=list(sets), environ=environ or {},
-                           config_file=Path(config_file) if config_file is not None else None)
+        return load_config(
+            directory,
+            cli=run,
+            overrides=list(sets),
+            environ=environ or {},
+            config_file=Path(config_file) if config_file is not None else None,
+        )
     return config_from_table(config or {}, source="settings", cli=run, overrides=list(sets), environ=environ or {})
 
 
@@ -167,8 +172,9 @@ def session(config: HieraConfig, *, plugins: Iterable[Any] = (), entry_points: b
     return Session.create(config, _plugin_manager(plugins, entry_points), device=device)
 
 
-def run(resolved: HieraConfig | None = None, *, plugins: Iterable[Any] = (), entry_points: bool = True,
-        **settings_: Any) -> RunResult:
+def run(
+    resolved: HieraConfig | None = None, *, plugins: Iterable[Any] = (), entry_points: bool = True, **settings_: Any
+) -> RunResult:
     """Run the loop to its end and return what it found. Settings are the keywords of `settings` (`workload=`,
     `rounds=`, `config=`, `sets=`, ...) or a configuration `resolved` by it, not both; the run directory is
     `run_dir` (a new `runs/<id>` under the current directory when empty)."""
@@ -203,36 +209,45 @@ def optimize(run_session: Session, store: RunStore, *, device_missing: str = "")
     except AnswerPending as exc:
         raise AwaitingAnswers(
             f"run paused: {exc.waiting} request(s) wait for an answer {exc}; then `hiera resume {store.path}` continues the run",
-            run_dir=store.path, waiting=exc.waiting,
+            run_dir=store.path,
+            waiting=exc.waiting,
         ) from None
     except DeviceWanted as exc:
         raise AwaitingDevice(
-            f"run paused: {exc}; `hiera resume {store.path}` where architecture '{run_session.arch_name}' runs continues"
-            " the run", run_dir=store.path,
+            f"run paused: {exc}; `hiera resume {store.path}` where architecture '{run_session.arch_name}' runs continues the run",
+            run_dir=store.path,
         ) from None
     except BackendUnusable as exc:
-        raise BackendUnusable(f"{exc}: no request can be answered, so the run stops (what it recorded is in {store.path})") from exc
+        raise BackendUnusable(
+            f"{exc}: no request can be answered, so the run stops (what it recorded is in {store.path})"
+        ) from exc
     result = RunResult.read(store, best, run_session.notices)
     calls = [e for e in store.events if isinstance(e, records.AgentCalled)]
     if calls and all(call.error is not None for call in calls):
         raise NoUsableAnswer(
             f"no agent request got a usable answer ({len(calls)} call(s) failed; the last: {calls[-1].error}), so nothing"
-            " was searched", result=result,
+            " was searched",
+            result=result,
         )
     return result
 
 
-def replay(recorded: str | Path, *, plugins: Iterable[Any] = (), entry_points: bool = True, sets: Iterable[str] = (),
-           **run_keys: Any) -> RunResult:
+def replay(
+    recorded: str | Path, *, plugins: Iterable[Any] = (), entry_points: bool = True, sets: Iterable[str] = (), **run_keys: Any
+) -> RunResult:
     """Run `recorded` again with its configuration, every agent request answered from its answer cache (no
     model is called), into `run_dir` (a new `runs/<id>` when empty); `run_keys` and `sets` change the rest
     as for `run`. The same candidates and decisions come back (`hiera run --replay`)."""
-    return run(replay_settings(recorded, plugins=plugins, entry_points=entry_points, sets=sets, **run_keys),
-               plugins=plugins, entry_points=entry_points)
+    return run(
+        replay_settings(recorded, plugins=plugins, entry_points=entry_points, sets=sets, **run_keys),
+        plugins=plugins,
+        entry_points=entry_points,
+    )
 
 
-def replay_settings(recorded: str | Path, *, plugins: Iterable[Any] = (), entry_points: bool = True,
-                    sets: Iterable[str] = (), **run_keys: Any) -> HieraConfig:
+def replay_settings(
+    recorded: str | Path, *, plugins: Iterable[Any] = (), entry_points: bool = True, sets: Iterable[str] = (), **run_keys: Any
+) -> HieraConfig:
     """The configuration `replay` runs: the recorded run's, with the installed backend that `replays` answering
     from `recorded` (one that is not usable any more is refused: `check_replayable`)."""
     if "backend" in run_keys:
@@ -242,14 +257,14 @@ def replay_settings(recorded: str | Path, *, plugins: Iterable[Any] = (), entry_
     backends = collect(pm, "backends")
     replayers = [name for name in backends.names() if getattr(backends.get(name), "replays", False)]
     if len(replayers) != 1:
-        raise PluginError(f"a replay needs one installed backend that replays recorded answers, found"
-                          f" {', '.join(replayers) or 'none'}")
+        raise PluginError(
+            f"a replay needs one installed backend that replays recorded answers, found {', '.join(replayers) or 'none'}"
+        )
     check_replayable(store, pm)
     table = {key: dict(value) if isinstance(value, dict) else value for key, value in store.manifest.config.items()}
     table["run"] = {**table.get("run", {}), "backend": replayers[0], "run_dir": ""}
     table["backend"] = {**table.get("backend", {}), replayers[0]: {"source": str(Path(recorded).resolve())}}
-    return config_from_table(tables_in_use(table, store, pm), source=f"{recorded}/{MANIFEST}", cli=run_keys,
-                             overrides=list(sets))
+    return config_from_table(tables_in_use(table, store, pm), source=f"{recorded}/{MANIFEST}", cli=run_keys, overrides=list(sets))
 
 
 @contextlib.contextmanager
@@ -264,8 +279,17 @@ def executing(run_session: Session) -> Iterator[None]:
         getattr(executor, "close", lambda: None)()
 
 
-def evaluate(source: str, resolved: HieraConfig | None = None, *, space: str | None = None, workdir: str | Path | None = None,
-             device: bool = True, plugins: Iterable[Any] = (), entry_points: bool = True, **settings_: Any) -> EvalResult:
+def evaluate(
+    source: str,
+    resolved: HieraConfig | None = None,
+    *,
+    space: str | None = None,
+    workdir: str | Path | None = None,
+    device: bool = True,
+    plugins: Iterable[Any] = (),
+    entry_points: bool = True,
+    **settings_: Any,
+) -> EvalResult:
     """One candidate `source` through the same pipeline as a run's candidates (`hiera eval`), checked against
     `space` (default: the widest). Its build and logs go to `workdir` (default: a temporary folder, removed).
     `device=False` stops before the first stage that needs the device. Settings as for `run`."""
@@ -274,10 +298,18 @@ def evaluate(source: str, resolved: HieraConfig | None = None, *, space: str | N
     space = space or eval_session.spaces[-1].name
     eval_session.space(space)  # an unknown space fails before any work
     with tempfile.TemporaryDirectory(prefix="hiera-eval-") as scratch:
-        candidate, evaluation = evaluate_source(eval_session, source, space=space,
-                                                workdir=Path(workdir) if workdir is not None else Path(scratch), device=device)
-    return EvalResult(candidate=candidate, evaluation=evaluation, space=space, workload=eval_session.workload.name,
-                      task=eval_session.task.name, arch=eval_session.arch_name, notices=tuple(eval_session.notices))
+        candidate, evaluation = evaluate_source(
+            eval_session, source, space=space, workdir=Path(workdir) if workdir is not None else Path(scratch), device=device
+        )
+    return EvalResult(
+        candidate=candidate,
+        evaluation=evaluation,
+        space=space,
+        workload=eval_session.workload.name,
+        task=eval_session.task.name,
+        arch=eval_session.arch_name,
+        notices=tuple(eval_session.notices),
+    )
 
 
 def _resolved(resolved: HieraConfig | None, keywords: dict[str, Any]) -> HieraConfig:
@@ -293,7 +325,20 @@ def _plugin_manager(plugins: Iterable[Any], entry_points: bool) -> pluggy.Plugin
 
 
 __all__ = [
-    "AwaitingAnswers", "AwaitingDevice", "EvalResult", "NoUsableAnswer", "Paused", "RunResult", "SettingsError", "evaluate", "executing",
+    "AwaitingAnswers",
+    "AwaitingDevice",
+    "EvalResult",
+    "NoUsableAnswer",
+    "Paused",
+    "RunResult",
+    "SettingsError",
+    "evaluate",
+    "executing",
     "optimize",
-    "replay", "replay_settings", "resume", "run", "session", "settings",
+    "replay",
+    "replay_settings",
+    "resume",
+    "run",
+    "session",
+    "settings",
 ]

@@ -22,12 +22,25 @@ from hiera_core.serialization import from_dict, to_dict
 from hiera_core.store import write_text_atomic
 
 
-def key(*, arch: str, hardware: dict[str, Any], toolchain: dict[str, Any], versions: dict[str, str],
-        evaluators: dict[str, Any], workload: str, task: Task, contract_id: str, source: str) -> str:
+def key(
+    *,
+    arch: str,
+    hardware: dict[str, Any],
+    toolchain: dict[str, Any],
+    versions: dict[str, str],
+    evaluators: dict[str, Any],
+    workload: str,
+    task: Task,
+    contract_id: str,
+    source: str,
+) -> str:
     """What a baseline's figure depends on: the machine, the toolchain, the versions of hiera and its plugins, the
     evaluators' settings, the task, its contract and the baseline's source."""
-    machine = json.dumps({"arch": arch, "hardware": hardware, "toolchain": toolchain, "versions": versions,
-                          "evaluators": evaluators}, sort_keys=True, default=str)
+    machine = json.dumps(
+        {"arch": arch, "hardware": hardware, "toolchain": toolchain, "versions": versions, "evaluators": evaluators},
+        sort_keys=True,
+        default=str,
+    )
     return content_id(machine, workload, json.dumps(to_dict(task), sort_keys=True), contract_id, source)
 
 

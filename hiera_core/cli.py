@@ -48,25 +48,41 @@ def _parser(pm) -> tuple[argparse.ArgumentParser, list[str]]:
     run = commands.add_parser("run", help="optimize one task (the default command)")
     run.add_argument("--workload", help="workload name (see `hiera plugins`)")
     run.add_argument("--task", help="task name within the workload (default: its first task)")
-    run.add_argument("--arch", help="an architecture (see `hiera plugins`), or auto (default): the preferred one that can run here")
+    run.add_argument(
+        "--arch", help="an architecture (see `hiera plugins`), or auto (default): the preferred one that can run here"
+    )
     run.add_argument("--rounds", type=int, help="R: planning rounds after the initial candidate")
     run.add_argument("--population", type=int, help="K: candidates per round")
     run.add_argument("--parents", type=int, help="best valid candidates kept as parents")
-    run.add_argument("--space", help="adaptive (default: re-decided every round), or one space for the whole run (see `hiera plugins`)")
+    run.add_argument(
+        "--space", help="adaptive (default: re-decided every round), or one space for the whole run (see `hiera plugins`)"
+    )
     run.add_argument("--no-planning", dest="planning", action="store_const", const=False, help="the paper's ablation")
-    run.add_argument("--no-contract", dest="contract", action="store_const", const=False,
-                     help="the paper's ablation: the model writes the binding too")
+    run.add_argument(
+        "--no-contract",
+        dest="contract",
+        action="store_const",
+        const=False,
+        help="the paper's ablation: the model writes the binding too",
+    )
     run.add_argument("--backend", help="LLM backend (see `hiera plugins`; default: the model-free one a plugin gives)")
     run.add_argument("--model", help="the backend's model (sets backend.BACKEND.model)")
     run.add_argument("--base-url", help="the backend's endpoint (sets backend.BACKEND.base_url)")
     run.add_argument("--strategy", help="search strategy (see `hiera plugins`; default: HIERA's own loop)")
-    run.add_argument("--replay", type=Path, metavar="RUN_DIR",
-                     help="answer every agent request from RUN_DIR's recorded answers: that run again, offline")
+    run.add_argument(
+        "--replay",
+        type=Path,
+        metavar="RUN_DIR",
+        help="answer every agent request from RUN_DIR's recorded answers: that run again, offline",
+    )
     run.add_argument("--run-dir", help="run directory (default: runs/<id>)")
     run.add_argument("--no-remeasure", dest="remeasure", action="store_const", const=False)
-    run.add_argument("--all-tasks", action="store_true",
-                     help="run every task the workload offers, each into RUN_DIR/<task>; run again to skip the "
-                          "finished ones and resume the rest; ends with RUN_DIR/suite.md")
+    run.add_argument(
+        "--all-tasks",
+        action="store_true",
+        help="run every task the workload offers, each into RUN_DIR/<task>; run again to skip the "
+        "finished ones and resume the rest; ends with RUN_DIR/suite.md",
+    )
     common_options(run)
 
     resume = commands.add_parser("resume", help="continue a killed run; nothing recorded is redone")
@@ -80,12 +96,16 @@ def _parser(pm) -> tuple[argparse.ArgumentParser, list[str]]:
     evaluate.add_argument("--arch", help="an architecture (see `hiera plugins`), or auto (default)")
     evaluate.add_argument("--space", help="the space the candidate is checked against (default: the widest)")
     evaluate.add_argument("--out", type=Path, help="where its build and logs go (default: a temporary folder)")
-    evaluate.add_argument("--compile-only", action="store_true",
-                          help="only the checks and the build, no device needed (e.g. --arch cuda without a GPU)")
+    evaluate.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="only the checks and the build, no device needed (e.g. --arch cuda without a GPU)",
+    )
     common_options(evaluate)
 
     report = commands.add_parser(
-        "report", help="write and print a run's report; for several runs (or folders of them) the suite report")
+        "report", help="write and print a run's report; for several runs (or folders of them) the suite report"
+    )
     report.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
     report.add_argument("--out", type=Path, help="where a suite report goes (default: the one folder given, else ./suite)")
 
@@ -102,8 +122,15 @@ def _parser(pm) -> tuple[argparse.ArgumentParser, list[str]]:
     contracts.add_argument("--out", type=Path, required=True, metavar="DIR")
     common_options(contracts)
 
-    handlers = {"run": _run, "resume": _resume, "report": _report, "plugins": _plugins, "config": _config_show,
-                "eval": _eval, "contracts": _contracts}
+    handlers = {
+        "run": _run,
+        "resume": _resume,
+        "report": _report,
+        "plugins": _plugins,
+        "config": _config_show,
+        "eval": _eval,
+        "contracts": _contracts,
+    }
     for name, handler in handlers.items():
         commands.choices[name].set_defaults(handler=handler)
     pm.hook.hiera_register_commands(commands=commands)
@@ -115,10 +142,22 @@ def common_options(parser: argparse.ArgumentParser, *, config: bool = True) -> N
     for a plugin's own command too."""
     if config:
         parser.add_argument("--config", type=Path, help="config file (default: ./hiera.toml or [tool.hiera] in ./pyproject.toml)")
-        parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                            help="set any config key, e.g. workload.stencil2d.host_n=512 (repeatable)")
-    parser.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
-                        help="also load this module as a plugin (repeatable)")
+        parser.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="set any config key, e.g. workload.stencil2d.host_n=512 (repeatable)",
+        )
+    parser.add_argument(
+        "--plugin",
+        dest="plugins",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="also load this module as a plugin (repeatable)",
+    )
     parser.add_argument("--log-level", default="warning", help="console log level (JSON logs get everything)")
 
 
@@ -159,8 +198,19 @@ def _settings(args: argparse.Namespace, **run: Any) -> HieraConfig:
 
 def _cli_run_keys(args: argparse.Namespace) -> dict[str, Any]:
     keys = (
-        "workload", "task", "arch", "rounds", "population", "parents", "space", "planning", "contract", "strategy", "backend",
-        "run_dir", "remeasure",
+        "workload",
+        "task",
+        "arch",
+        "rounds",
+        "population",
+        "parents",
+        "space",
+        "planning",
+        "contract",
+        "strategy",
+        "backend",
+        "run_dir",
+        "remeasure",
     )
     return {k: getattr(args, k) for k in keys}
 
@@ -175,7 +225,10 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             if not backend:
                 raise UsageError("--model and --base-url set a backend's options: name the backend (--backend NAME)")
             options = {"model": args.model, "base_url": args.base_url}
-            args.overrides = [*args.overrides, *(f"backend.{backend}.{key}={json.dumps(value)}" for key, value in options.items() if value)]
+            args.overrides = [
+                *args.overrides,
+                *(f"backend.{backend}.{key}={json.dumps(value)}" for key, value in options.items() if value),
+            ]
             config = _settings(args, **_cli_run_keys(args))
     if args.all_tasks:
         return _run_all_tasks(config, args, console)
@@ -201,8 +254,10 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
     tasks = session.workload.tasks()
     with api.executing(session):  # one cluster (or pool) for the whole suite
         at_once = min(len(tasks), getattr(session.executor, "concurrent_runs", lambda pipeline: 1)(session.pipeline))
-        console.print(f"{len(tasks)} task(s) of {session.workload.name} → {root}"
-                      + (f", {at_once} at once" if at_once > 1 else ""), markup=False)
+        console.print(
+            f"{len(tasks)} task(s) of {session.workload.name} → {root}" + (f", {at_once} at once" if at_once > 1 else ""),
+            markup=False,
+        )
         if at_once > 1:
             root.mkdir(parents=True, exist_ok=True)
             configure_logging(json_file=root / "hiera.log.jsonl", console=sys.stderr, level=args.log_level)
@@ -240,8 +295,11 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
     if runs:
         console.print(f"suite report: {write_suite_report(runs, root)}", markup=False)
     if paused and not failed:
-        print(f"hiera: {len(paused)} task(s) paused, for answers or for the device; answer what waits, then run the same"
-              " command again (where the device is, for those that wait for it)", file=sys.stderr)
+        print(
+            f"hiera: {len(paused)} task(s) paused, for answers or for the device; answer what waits, then run the same"
+            " command again (where the device is, for those that wait for it)",
+            file=sys.stderr,
+        )
         return EXIT_PAUSED
     return 1 if failed or not runs else 0
 
@@ -283,14 +341,19 @@ def _summary(result: api.RunResult, console: Console, prefix: str = "") -> int:
     if result.costs.calls:
         console.print(f"{prefix}agents: {result.costs.describe()}")
     if result.best_evaluation is None:
-        console.print(f"{prefix}no finalist held up in the final re-measurement (report.md, Finalists)" if result.finalists
-                      else f"{prefix}no valid candidate was found")
+        console.print(
+            f"{prefix}no finalist held up in the final re-measurement (report.md, Finalists)"
+            if result.finalists
+            else f"{prefix}no valid candidate was found"
+        )
         return 1
     best = result.best_evaluation
     final = result.remeasured if isinstance(result.remeasured, Measured) else None
     if final is not None:
-        line = (f"best {final.latency_ms:.3f} ms re-measured ({best.latency_ms:.3f} ms in the search),"
-                f" {final.speedup_vs_reference:.2f}× the reference")
+        line = (
+            f"best {final.latency_ms:.3f} ms re-measured ({best.latency_ms:.3f} ms in the search),"
+            f" {final.speedup_vs_reference:.2f}× the reference"
+        )
     else:
         line = f"best {best.latency_ms:.3f} ms, {best.speedup_vs_reference:.2f}× the reference"
     seed = result.evaluations[0].evaluation
@@ -359,8 +422,9 @@ def _eval(args: argparse.Namespace, console: Console) -> int:
     if not args.file.is_file():
         raise UsageError(f"no such file: {args.file}")
     config = _settings(args, workload=args.workload, task=args.task, arch=args.arch)
-    result = api.evaluate(args.file.read_text(), config, space=args.space, workdir=args.out, device=not args.compile_only,
-                          plugins=args.plugins)
+    result = api.evaluate(
+        args.file.read_text(), config, space=args.space, workdir=args.out, device=not args.compile_only, plugins=args.plugins
+    )
     for notice in result.notices:
         console.print(notice)
     candidate, evaluation = result.candidate, result.evaluation
@@ -369,10 +433,13 @@ def _eval(args: argparse.Namespace, console: Console) -> int:
         job = evaluation.job
         console.print(f"  built ({job.compile_s:.1f} s); not run: --compile-only", markup=False)
         for kernel, used in json.loads(job.artifacts.get("resources", "{}")).items():  # as the compiler reported them
-            console.print(f"  {kernel}: {used.get('registers')} registers, {used.get('spill_store_bytes', 0)} bytes spilled",
-                          markup=False)
-        console.print(json.dumps({"candidate": candidate.id, "compile_s": job.compile_s, "artifacts": job.artifacts}, indent=1),
-                      markup=False)
+            console.print(
+                f"  {kernel}: {used.get('registers')} registers, {used.get('spill_store_bytes', 0)} bytes spilled", markup=False
+            )
+        console.print(
+            json.dumps({"candidate": candidate.id, "compile_s": job.compile_s, "artifacts": job.artifacts}, indent=1),
+            markup=False,
+        )
         return 0
     if isinstance(evaluation, Measured):
         console.print(
@@ -381,7 +448,10 @@ def _eval(args: argparse.Namespace, console: Console) -> int:
             f" speedup {evaluation.speedup_vs_reference:.2f}×"
         )
     else:
-        console.print(f"  {type(evaluation).__name__}: {getattr(evaluation, 'reason', None) or getattr(evaluation, 'log', '')}", markup=False)
+        console.print(
+            f"  {type(evaluation).__name__}: {getattr(evaluation, 'reason', None) or getattr(evaluation, 'log', '')}",
+            markup=False,
+        )
     console.print(json.dumps({"candidate": candidate.id, "evaluation": to_dict(evaluation, Evaluation)}, indent=1), markup=False)
     return 0 if isinstance(evaluation, Measured) else 1
 

@@ -26,7 +26,6 @@ PLUGIN_TABLES = ("workload", "arch", "backend", "evaluator", "executor", "direct
 """Top-level tables that hold one sub-table per plugin, and the registry kind each configures."""
 
 
-
 class ConfigError(HieraError, ValueError):
     """The configuration is malformed; the message names the file, the key and the reason."""
 
@@ -173,9 +172,7 @@ def config_from_table(
 
     unknown = set(table) - {"run", *PLUGIN_TABLES}
     if unknown:
-        raise ConfigError(
-            f"{source}: unknown table(s) {', '.join(sorted(unknown))} (known: run, {', '.join(PLUGIN_TABLES)})"
-        )
+        raise ConfigError(f"{source}: unknown table(s) {', '.join(sorted(unknown))} (known: run, {', '.join(PLUGIN_TABLES)})")
     run_table = dict(table.get("run", {}))
     for name, field in attrs.fields_dict(RunConfig).items():
         env_value = environ.get(f"HIERA_{name.upper()}")
@@ -217,7 +214,14 @@ def _coerce(text: str, type_: Any, where: str) -> Any:
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
 
-_TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"), (list, "an array"), (dict, "a table"))
+_TOML_TYPES = (
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a float"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "a table"),
+)
 
 
 def _strict(kind: type, accepted: tuple[type, ...], expected: str):

@@ -34,6 +34,7 @@ from hiera_core.store import RunStore, new_run_id, write_text_atomic
 
 log = structlog.get_logger(__name__)
 
+
 def create_run(session: Session, run_dir: Path | None = None) -> RunStore:
     """Make a new run directory with its manifest; a task the workload has no contract for on the session's
     architecture raises UnsupportedArchitecture first, and nothing is written."""
@@ -75,8 +76,10 @@ def tables_in_use(table: Mapping[str, Any], store: RunStore, pm: pluggy.PluginMa
         installed = collect(pm, kind).classes
         missing = sorted(used.get(key, set()) - set(installed))
         if missing:
-            raise PluginError(f"{store.path}: the run used {key} '{missing[0]}', which no installed plugin provides now"
-                              f" (installed: {', '.join(sorted(installed)) or 'none'})")
+            raise PluginError(
+                f"{store.path}: the run used {key} '{missing[0]}', which no installed plugin provides now"
+                f" (installed: {', '.join(sorted(installed)) or 'none'})"
+            )
         kept[key] = {name: values for name, values in table.get(key, {}).items() if name in installed}
     return kept
 
@@ -104,14 +107,23 @@ def check_replayable(store: RunStore, pm: pluggy.PluginManager) -> None:
     installed = set(collect(pm, "directions").names())
     if installed - scored:
         added = sorted(installed - scored)
-        plugins = sorted({impl.plugin_name for impl in pm.hook.hiera_register_directions.get_hookimpls()
-                          if any(cls.name in added for cls in impl.function() or ())})
-        raise PluginError(f"{store.path} cannot be replayed with direction(s) {', '.join(added)}: its plans scored only"
-                          f" {', '.join(sorted(scored))}, and no recorded answer scores the others; replay it without"
-                          f" them: HIERA_DISABLE_PLUGINS={','.join(plugins)}")
+        plugins = sorted(
+            {
+                impl.plugin_name
+                for impl in pm.hook.hiera_register_directions.get_hookimpls()
+                if any(cls.name in added for cls in impl.function() or ())
+            }
+        )
+        raise PluginError(
+            f"{store.path} cannot be replayed with direction(s) {', '.join(added)}: its plans scored only"
+            f" {', '.join(sorted(scored))}, and no recorded answer scores the others; replay it without"
+            f" them: HIERA_DISABLE_PLUGINS={','.join(plugins)}"
+        )
     if scored - installed:
-        raise PluginError(f"{store.path} cannot be replayed: its plans scored direction(s)"
-                          f" {', '.join(sorted(scored - installed))}, which no installed plugin provides now")
+        raise PluginError(
+            f"{store.path} cannot be replayed: its plans scored direction(s)"
+            f" {', '.join(sorted(scored - installed))}, which no installed plugin provides now"
+        )
 
 
 class DeviceWanted(Exception):
@@ -198,8 +210,11 @@ class Engine:
             raise DeviceWanted(f"the run has not started, and starting it needs the device ({self.device_missing})")
         roofline = roofline_for(self.session)
         device_stages = [e.name for e in self.session.evaluators if getattr(e, "holds_device", False)]
-        self.store.append(records.RunStarted(run_id=self.store.manifest.run_id, roofline=roofline, device_stages=device_stages,
-                                             toolchain=self.toolchain))
+        self.store.append(
+            records.RunStarted(
+                run_id=self.store.manifest.run_id, roofline=roofline, device_stages=device_stages, toolchain=self.toolchain
+            )
+        )
         return roofline
 
     def _evaluated(self, jobs: list[EvalJob], what: str) -> Iterator[tuple[EvalJob, Evaluated]]:
@@ -269,7 +284,9 @@ class Engine:
             log.error("planning_failed", error=str(exc))
             self.store.append(records.CandidatesGenerated(round=ctx.round, candidates=[], notes=[str(exc)]))
             return None
-        plan = records.Plan(round=ctx.round, decision=decision, strategy=strategy, parent_id=ctx.parent.id if ctx.parent else None)
+        plan = records.Plan(
+            round=ctx.round, decision=decision, strategy=strategy, parent_id=ctx.parent.id if ctx.parent else None
+        )
         self.store.append(records.PlanMade(plan=plan))
         self.session.pm.hook.hiera_plan_made(context=self.session.context, plan=plan)
         return plan
@@ -292,9 +309,7 @@ class Engine:
         allowed = self.session.allowed_spaces()
         arch = self.session.arch
         space = next((s for s in allowed if arch.check_source(source, self.session.space(s).rank) is None), allowed[-1])
-        seed = self._candidate(
-            agents.GeneratedSource(source=source, params=dict(params), origin=origin), round_=0, space=space
-        )
+        seed = self._candidate(agents.GeneratedSource(source=source, params=dict(params), origin=origin), round_=0, space=space)
         return records.CandidatesGenerated(round=0, candidates=[seed])
 
     def _generate(self, ctx: agents.PlanningContext, plan: records.Plan | None) -> records.CandidatesGenerated:
@@ -319,7 +334,13 @@ class Engine:
         return records.CandidatesGenerated(round=ctx.round, candidates=candidates, notes=notes, wall_s=wall_s)
 
     def _candidate(
-        self, generated: agents.GeneratedSource, *, round_: int, space: str, direction: str | None = None, strategy: str | None = None
+        self,
+        generated: agents.GeneratedSource,
+        *,
+        round_: int,
+        space: str,
+        direction: str | None = None,
+        strategy: str | None = None,
     ) -> Candidate:
         return Candidate(
             id=candidate_id(generated.source, self.contract, self.toolchain),
@@ -335,7 +356,9 @@ class Engine:
 
     # --- evaluation ------------------------------------------------------------------------
 
-    def _evaluate_round(self, round_: int, batch: records.CandidatesGenerated, *, baselines: Sequence[tuple[EvalJob, str]] = ()) -> None:
+    def _evaluate_round(
+        self, round_: int, batch: records.CandidatesGenerated, *, baselines: Sequence[tuple[EvalJob, str]] = ()
+    ) -> None:
         """The batch's candidates not evaluated yet, in one executor call; `baselines` (jobs and their names) go with
         them, after them, so that their builds and device time overlap the initial candidate's."""
         hook = self.session.pm.hook
@@ -357,11 +380,19 @@ class Engine:
         best_eval = self._evaluation_of(best)
         latency = best_eval.latency_ms if isinstance(best_eval, Measured) else None
         if not any(isinstance(e, records.RoundFinished) and e.round == round_ for e in self.store.events):
-            self.store.append(records.RoundFinished(round=round_, best_candidate_id=best.id if best else None, best_latency_ms=latency))
+            self.store.append(
+                records.RoundFinished(round=round_, best_candidate_id=best.id if best else None, best_latency_ms=latency)
+            )
         hook.hiera_round_finished(context=self.session.context, round=round_, best=best, best_latency_ms=latency)
 
-    def _job(self, candidate: Candidate, *, remeasure: int | None = None, compiled_reference: bool = False,
-             times_reference: bool = False) -> EvalJob:
+    def _job(
+        self,
+        candidate: Candidate,
+        *,
+        remeasure: int | None = None,
+        compiled_reference: bool = False,
+        times_reference: bool = False,
+    ) -> EvalJob:
         """The job evaluating `candidate` in the search, or in pass `remeasure` of the final re-measurement (built
         and judged again in a fresh folder and process, on fresh inputs). Its judge times the reference again when
         `times_reference` or before any evaluation has (`_reference_ms`), and reports that figure otherwise."""
@@ -369,8 +400,14 @@ class Engine:
         if remeasure is not None:
             workdir = workdir / f"remeasure-{remeasure}"
         return new_job(
-            self.session, candidate, contract=self.contract, toolchain=self.toolchain, roofline=self.roofline,
-            workdir=workdir, remeasure=remeasure is not None, compiled_reference=compiled_reference,
+            self.session,
+            candidate,
+            contract=self.contract,
+            toolchain=self.toolchain,
+            roofline=self.roofline,
+            workdir=workdir,
+            remeasure=remeasure is not None,
+            compiled_reference=compiled_reference,
             reference_ms=None if times_reference else self._reference_ms(),
         )
 
@@ -378,7 +415,9 @@ class Engine:
         """The task's reference latency as the run's first measured evaluation (a baseline's or a candidate's) timed
         it, which the search's later judges report instead of timing the reference again; None before."""
         for event in self.store.events:
-            if isinstance(event, records.BaselineEvaluated | records.CandidateEvaluated) and isinstance(event.evaluation, Measured):
+            if isinstance(event, records.BaselineEvaluated | records.CandidateEvaluated) and isinstance(
+                event.evaluation, Measured
+            ):
                 return event.evaluation.reference_latency_ms
         return None
 
@@ -387,14 +426,16 @@ class Engine:
         write_files(job.workdir, evaluated.files)
         write_text_atomic(job.workdir / "evaluation.json", evaluation_to_json(evaluation))
         event = records.CandidateEvaluated(
-            candidate=candidate, evaluation=evaluation, wall_s=evaluated.wall_s, stage_s=evaluated.stage_s,
+            candidate=candidate,
+            evaluation=evaluation,
+            wall_s=evaluated.wall_s,
+            stage_s=evaluated.stage_s,
             timeline=evaluated.timeline,
         )
         self.store.append(event)
         self.recorded[candidate.id] = event
         self.history.append((candidate, evaluation))
-        log.info("candidate_evaluated", candidate=candidate.id, outcome=type(evaluation).__name__,
-                 attempts=evaluated.attempts)
+        log.info("candidate_evaluated", candidate=candidate.id, outcome=type(evaluation).__name__, attempts=evaluated.attempts)
         self.session.pm.hook.hiera_candidate_evaluated(context=self.session.context, candidate=candidate, evaluation=evaluation)
 
     def _profile_parents(self) -> None:
@@ -406,8 +447,13 @@ class Engine:
         jobs = [attrs.evolve(self._job(c), refine=True, measured=self._evaluation_of(c)) for c in wanted]
         for job, evaluated in self._evaluated(jobs, "parent(s) to profile"):
             write_files(job.workdir, evaluated.files)
-            event = records.CandidateProfiled(candidate_id=job.candidate.id, evaluation=evaluated.evaluation,
-                                              wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s, timeline=evaluated.timeline)
+            event = records.CandidateProfiled(
+                candidate_id=job.candidate.id,
+                evaluation=evaluated.evaluation,
+                wall_s=round(evaluated.wall_s, 4),
+                stage_s=evaluated.stage_s,
+                timeline=evaluated.timeline,
+            )
             self.store.append(event)
             self.profiled[job.candidate.id] = event
             self.history = [(c, self._planned_from(e, event) if c.id == job.candidate.id else e) for c, e in self.history]
@@ -434,18 +480,28 @@ class Engine:
             if baseline.name in done:
                 continue
             candidate = Candidate(
-                id=candidate_id(baseline.source, self.contract, self.toolchain), source=baseline.source,
-                space=baseline.space, round=0, origin=baseline.origin or baseline.name,
+                id=candidate_id(baseline.source, self.contract, self.toolchain),
+                source=baseline.source,
+                space=baseline.space,
+                round=0,
+                origin=baseline.origin or baseline.name,
             )
             kept = baseline_cache.recall(self.run.baseline_cache, self._baseline_key(candidate))
             if kept is not None:
                 evaluation, reused_from = kept
-                self.store.append(records.BaselineEvaluated(name=baseline.name, candidate=candidate, evaluation=evaluation,
-                                                            wall_s=0.0, reused_from=reused_from))
+                self.store.append(
+                    records.BaselineEvaluated(
+                        name=baseline.name, candidate=candidate, evaluation=evaluation, wall_s=0.0, reused_from=reused_from
+                    )
+                )
                 log.info("baseline_reused", baseline=baseline.name, reused_from=reused_from)
                 continue
             job = new_job(
-                self.session, candidate, contract=self.contract, toolchain=self.toolchain, roofline=self.roofline,
+                self.session,
+                candidate,
+                contract=self.contract,
+                toolchain=self.toolchain,
+                roofline=self.roofline,
                 workdir=self.store.path / "baselines" / candidate.id,
             )
             jobs.append((job, baseline.name))
@@ -454,21 +510,34 @@ class Engine:
     def _baseline_key(self, candidate: Candidate) -> str:
         manifest, session = self.store.manifest, self.session
         return baseline_cache.key(
-            arch=session.arch_name, hardware=manifest.hardware, toolchain=self.toolchain, versions=manifest.versions,
-            evaluators=session.resolved_config().get("evaluator", {}), workload=session.workload.name, task=session.task,
-            contract_id=self.contract.id, source=candidate.source,
+            arch=session.arch_name,
+            hardware=manifest.hardware,
+            toolchain=self.toolchain,
+            versions=manifest.versions,
+            evaluators=session.resolved_config().get("evaluator", {}),
+            workload=session.workload.name,
+            task=session.task,
+            contract_id=self.contract.id,
+            source=candidate.source,
         )
 
     def _record_baseline(self, name: str, job: EvalJob, evaluated: Evaluated) -> None:
         write_files(job.workdir, evaluated.files)
         write_text_atomic(job.workdir / "evaluation.json", evaluation_to_json(evaluated.evaluation))
-        self.store.append(records.BaselineEvaluated(
-            name=name, candidate=job.candidate, evaluation=evaluated.evaluation, wall_s=round(evaluated.wall_s, 4),
-            stage_s=evaluated.stage_s, timeline=evaluated.timeline,
-        ))
+        self.store.append(
+            records.BaselineEvaluated(
+                name=name,
+                candidate=job.candidate,
+                evaluation=evaluated.evaluation,
+                wall_s=round(evaluated.wall_s, 4),
+                stage_s=evaluated.stage_s,
+                timeline=evaluated.timeline,
+            )
+        )
         if isinstance(evaluated.evaluation, Measured):
-            baseline_cache.keep(self.run.baseline_cache, self._baseline_key(job.candidate), evaluated.evaluation,
-                                self.store.manifest.run_id)
+            baseline_cache.keep(
+                self.run.baseline_cache, self._baseline_key(job.candidate), evaluated.evaluation, self.store.manifest.run_id
+            )
         log.info("baseline_evaluated", baseline=name, outcome=type(evaluated.evaluation).__name__)
 
     # --- the verdict -----------------------------------------------------------------------
@@ -499,29 +568,52 @@ class Engine:
         for pass_index in range(self.run.remeasure_passes):
             shift = pass_index % len(finalists)
             todo = [c for c in finalists[shift:] + finalists[:shift] if (c.id, pass_index) not in done and not out(c)]
-            queued += [(pass_index, self._job(c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0],
-                                              times_reference=i == 0)) for i, c in enumerate(todo)]
+            queued += [
+                (
+                    pass_index,
+                    self._job(
+                        c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0], times_reference=i == 0
+                    ),
+                )
+                for i, c in enumerate(todo)
+            ]
         pass_of = {job.workdir: pass_index for pass_index, job in queued}  # an executor yields in any order
         for job, evaluated in self._evaluated([job for _, job in queued], "re-measurement(s) of the finalists"):
             pass_index = pass_of[job.workdir]
             write_files(job.workdir, evaluated.files)
-            event = records.Remeasured(candidate_id=job.candidate.id, pass_index=pass_index, evaluation=evaluated.evaluation,
-                                       wall_s=round(evaluated.wall_s, 4), stage_s=evaluated.stage_s,
-                                       timeline=evaluated.timeline)
+            event = records.Remeasured(
+                candidate_id=job.candidate.id,
+                pass_index=pass_index,
+                evaluation=evaluated.evaluation,
+                wall_s=round(evaluated.wall_s, 4),
+                stage_s=evaluated.stage_s,
+                timeline=evaluated.timeline,
+            )
             self.store.append(event)
             done[(job.candidate.id, pass_index)] = event
-            log.info("finalist_remeasured", candidate=job.candidate.id, outcome=type(evaluated.evaluation).__name__,
-                     pass_index=pass_index)
-        standings = [standing(c.id, self._evaluation_of(c), [e.evaluation for (cid, _), e in sorted(done.items()) if cid == c.id])
-                     for c in finalists]
+            log.info(
+                "finalist_remeasured",
+                candidate=job.candidate.id,
+                outcome=type(evaluated.evaluation).__name__,
+                pass_index=pass_index,
+            )
+        standings = [
+            standing(c.id, self._evaluation_of(c), [e.evaluation for (cid, _), e in sorted(done.items()) if cid == c.id])
+            for c in finalists
+        ]
         standings.sort(key=lambda f: (f.latency_ms is None, f.latency_ms or 0.0))
         winner = standings[0] if standings[0].latency_ms is not None else None
         remeasured = None
         if winner is not None:
-            passes = sorted((e.evaluation for (cid, _), e in done.items() if cid == winner.candidate_id), key=lambda m: m.latency_ms)
+            passes = sorted(
+                (e.evaluation for (cid, _), e in done.items() if cid == winner.candidate_id), key=lambda m: m.latency_ms
+            )
             remeasured = passes[len(passes) // 2]
-        self.store.append(records.RunFinished(best_candidate_id=winner.candidate_id if winner else None,
-                                              remeasured=remeasured, finalists=standings))
+        self.store.append(
+            records.RunFinished(
+                best_candidate_id=winner.candidate_id if winner else None, remeasured=remeasured, finalists=standings
+            )
+        )
         return by_id[winner.candidate_id] if winner else None
 
 
@@ -535,8 +627,13 @@ def standing(candidate_id: str, in_search: Evaluation | None, passes: list[Evalu
         reason = f"{type(failed).__name__}: {getattr(failed, 'reason', '')}" if failed else "not re-measured"
         return records.Finalist(candidate_id=candidate_id, in_search_ms=in_search_ms, reason=reason)
     figures = sorted(e.latency_ms for e in passes)
-    return records.Finalist(candidate_id=candidate_id, in_search_ms=in_search_ms, latency_ms=figures[len(figures) // 2],
-                            low_ms=figures[0], high_ms=figures[-1])
+    return records.Finalist(
+        candidate_id=candidate_id,
+        in_search_ms=in_search_ms,
+        latency_ms=figures[len(figures) // 2],
+        low_ms=figures[0],
+        high_ms=figures[-1],
+    )
 
 
 def _nothing_left(round_: int, plan: records.Plan) -> records.CandidatesGenerated:
@@ -571,9 +668,16 @@ def roofline_for(session: Session) -> records.Roofline:
     measured = session.arch.peaks(dtype)
     (peak_gbps, peak_gflops), count = peaks.remembered(session.arch_name, session.arch.hardware(), dtype, measured)
     reference_flops = getattr(session.workload, "reference_flops", None)
-    return records.Roofline(bytes_moved=bytes_moved, flops=flops, peak_gbps=peak_gbps, peak_gflops=peak_gflops,
-                            measured_gbps=measured[0], measured_gflops=measured[1], measurements=count,
-                            reference_flops=reference_flops(session.task, session.arch_kind) if reference_flops else 0.0)
+    return records.Roofline(
+        bytes_moved=bytes_moved,
+        flops=flops,
+        peak_gbps=peak_gbps,
+        peak_gflops=peak_gflops,
+        measured_gbps=measured[0],
+        measured_gflops=measured[1],
+        measurements=count,
+        reference_flops=reference_flops(session.task, session.arch_kind) if reference_flops else 0.0,
+    )
 
 
 def candidate_id(source: str, contract: records.Contract, toolchain: dict) -> str:
@@ -581,8 +685,15 @@ def candidate_id(source: str, contract: records.Contract, toolchain: dict) -> st
 
 
 def new_job(
-    session: Session, candidate: Candidate, *, contract: records.Contract, toolchain: dict,
-    roofline: records.Roofline | None, workdir: Path, remeasure: bool = False, compiled_reference: bool = False,
+    session: Session,
+    candidate: Candidate,
+    *,
+    contract: records.Contract,
+    toolchain: dict,
+    roofline: records.Roofline | None,
+    workdir: Path,
+    remeasure: bool = False,
+    compiled_reference: bool = False,
     reference_ms: float | None = None,
 ) -> EvalJob:
     """An evaluation job for `candidate`, its source written into `workdir`."""
@@ -610,8 +721,10 @@ def workload_factory(workload: type) -> str:
     entry point to be found by; the judge appends DIR to its import path)."""
     module = sys.modules[workload.__module__]
     if workload.__module__ == "__main__" or not getattr(module, "__file__", None):
-        raise ConfigError(f"workload class {workload.__qualname__} is defined in {workload.__module__}, which a judge's"
-                          " process cannot import: define it in a module (a .py file beside your script)")
+        raise ConfigError(
+            f"workload class {workload.__qualname__} is defined in {workload.__module__}, which a judge's"
+            " process cannot import: define it in a module (a .py file beside your script)"
+        )
     root = Path(module.__file__).resolve().parents[workload.__module__.count(".") + (Path(module.__file__).stem == "__init__")]
     return f"{workload.__module__}:{workload.__qualname__}@{root}"
 
@@ -624,9 +737,17 @@ def evaluate_source(
     device (static checks and the build)."""
     contract = session.workload.contract(session.task, session.arch_kind)
     toolchain = session.arch.toolchain()
-    candidate = Candidate(id=candidate_id(source, contract, toolchain), source=source, space=space, round=0, origin="hand-written")
-    job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=roofline_for(session) if device else None,
-                  workdir=workdir / candidate.id)
+    candidate = Candidate(
+        id=candidate_id(source, contract, toolchain), source=source, space=space, round=0, origin="hand-written"
+    )
+    job = new_job(
+        session,
+        candidate,
+        contract=contract,
+        toolchain=toolchain,
+        roofline=roofline_for(session) if device else None,
+        workdir=workdir / candidate.id,
+    )
     result = evaluate_candidate(session, job, device=device)
     if isinstance(result, Measured) and any(getattr(e, "on_demand", False) for e in session.evaluators):
         refined = evaluate_candidate(session, attrs.evolve(job, refine=True, measured=result))

@@ -160,8 +160,12 @@ def take_timing_cores(cores: Sequence[int] | None, runner: Runner) -> None:
     judge_core, runner_core = cores
     held = runner.group is not None and runner.group.hold_to_core(runner_core)
     failed = pin("self", judge_core) + ([] if held else pin(runner.process.pid, runner_core))
-    print(f"timing cores: judge {judge_core}, runner {runner_core} ({'its cgroup' if held else 'its threads'})"
-          + (f"; not moved: {failed}" if failed else ""), file=sys.stderr, flush=True)
+    print(
+        f"timing cores: judge {judge_core}, runner {runner_core} ({'its cgroup' if held else 'its threads'})"
+        + (f"; not moved: {failed}" if failed else ""),
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 @contextlib.contextmanager
@@ -190,10 +194,19 @@ class StartedJudge:
     stdout, read `ANSWER_LINE_BYTES` at most; a judge that ends without one, however it ends (any signal, its output
     closed, a line too long or not a `JudgeAnswer`), is `Crashed` with its exit status and the end of its own log."""
 
-    def __init__(self, module: str, request: JudgeRequest, *, workdir: Path, timeout_s: float,
-                 measured: Callable[[Any, Judged], Any], memory_bytes: int | None = None,
-                 device_lock: AbstractContextManager | None = None, env_extra: dict[str, str] | None = None,
-                 candidate: sandbox.CandidateLimits | None = None) -> None:
+    def __init__(
+        self,
+        module: str,
+        request: JudgeRequest,
+        *,
+        workdir: Path,
+        timeout_s: float,
+        measured: Callable[[Any, Judged], Any],
+        memory_bytes: int | None = None,
+        device_lock: AbstractContextManager | None = None,
+        env_extra: dict[str, str] | None = None,
+        candidate: sandbox.CandidateLimits | None = None,
+    ) -> None:
         self.scratch, self.workdir, self.timeout_s = workdir / "scratch", workdir, timeout_s
         self.measured, self.device_lock = measured, device_lock
         self.unread = bytearray()  # what the judge printed after the last line read
@@ -201,8 +214,15 @@ class StartedJudge:
         self.log = open(workdir / JUDGE_LOG, "w")
         try:
             self.box = sandbox.start(
-                [sys.executable, "-m", module], scratch=self.scratch, memory_bytes=memory_bytes, env_extra=env_extra,
-                candidate=candidate or sandbox.CandidateLimits(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                [sys.executable, "-m", module],
+                scratch=self.scratch,
+                memory_bytes=memory_bytes,
+                env_extra=env_extra,
+                candidate=candidate or sandbox.CandidateLimits(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.log,
+                text=True,
             )
         except BaseException:
             self.log.close()
@@ -270,8 +290,9 @@ class StartedJudge:
         return said[0], box.process.returncode
 
 
-def _read_until(box: sandbox.Sandboxed, marker: str | None, timeout_s: float,
-                unread: bytearray) -> tuple[str, bool] | TimedOut | Crashed:
+def _read_until(
+    box: sandbox.Sandboxed, marker: str | None, timeout_s: float, unread: bytearray
+) -> tuple[str, bool] | TimedOut | Crashed:
     """The last non-blank line the judge prints before `marker` (or before it closes its output; "" if none), and
     whether the marker came; what came after the marker stays in `unread`. TimedOut at `timeout_s`, Crashed at a line
     longer than `ANSWER_LINE_BYTES`: everything killed, however much more it would print. A judge that answers before
@@ -346,7 +367,7 @@ def tail_text(data: bytes) -> str:
     `STDERR_TAIL_LINES` non-blank lines of `STDERR_LINE_CHARS` characters each and `STDERR_TAIL_CHARS` in all,
     terminal escape sequences and other control characters dropped, undecodable bytes replaced; "" when there is
     none."""
-    text = _ESCAPES.sub("", data[-8 * STDERR_TAIL_CHARS:].decode(errors="replace")).replace("\r", "\n").replace("\t", "    ")
+    text = _ESCAPES.sub("", data[-8 * STDERR_TAIL_CHARS :].decode(errors="replace")).replace("\r", "\n").replace("\t", "    ")
     lines = ["".join(ch for ch in line if ch.isprintable()).rstrip() for line in text.split("\n")]
     lines = [line if len(line) <= STDERR_LINE_CHARS else line[: STDERR_LINE_CHARS - 1] + "…" for line in lines if line.strip()]
     kept: list[str] = []
@@ -361,8 +382,11 @@ def describe_call(case: dict[str, Any], seed: int, distribution: str) -> str:
     """One call of a check as a `Crashed` record names it: `odd (n=37), seed 2, spiky inputs` (the case's label,
     its scalar fields the label does not already say, the seed, the distribution)."""
     label = str(case.get("label", "case"))
-    sizes = [f"{k}={v}" for k, v in case.items()
-             if k not in ("label", "first_seed_only") and isinstance(v, (int, float, str)) and f"{k}={v}" not in label]
+    sizes = [
+        f"{k}={v}"
+        for k, v in case.items()
+        if k not in ("label", "first_seed_only") and isinstance(v, (int, float, str)) and f"{k}={v}" not in label
+    ]
     shown = f"{label} ({', '.join(sizes)})" if sizes else label
     return f"{shown}, seed {seed}, {distribution} inputs"
 
@@ -450,8 +474,16 @@ class Runner:
     docs/measurement.md). Spinning takes a core: for judges that have one of their own (the cuda judge's machine),
     not for the host judge, whose candidate's cores it would take."""
 
-    def __init__(self, module: str, *, scratch: Path, args: Sequence[str] = (), pass_fds: Sequence[int] = (),
-                 rlimit_data_bytes: int | None = None, spin_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        module: str,
+        *,
+        scratch: Path,
+        args: Sequence[str] = (),
+        pass_fds: Sequence[int] = (),
+        rlimit_data_bytes: int | None = None,
+        spin_s: float = 0.0,
+    ) -> None:
         self.group = sandbox.CandidateGroup.from_environment()
         group = self.group
 
@@ -469,8 +501,14 @@ class Runner:
         try:
             self.process = subprocess.Popen(
                 sandbox.runner_command([sys.executable, "-m", module, *args], sealed=sealed if group else ()),
-                cwd=folder or scratch, env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=write_end,
-                pass_fds=tuple(pass_fds), preexec_fn=limits, start_new_session=True,
+                cwd=folder or scratch,
+                env=environment,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=write_end,
+                pass_fds=tuple(pass_fds),
+                preexec_fn=limits,
+                start_new_session=True,
             )
         finally:
             os.close(write_end)
@@ -527,7 +565,7 @@ class Runner:
     def _send(self, data: bytes) -> bytes:
         """Write what the pipe takes of `data` without waiting; what is left."""
         try:
-            return data[os.write(self.orders, data):]
+            return data[os.write(self.orders, data) :]
         except BlockingIOError:
             return data
         except BrokenPipeError:
@@ -604,8 +642,10 @@ def clock_part(runner: Runner, calls: int, null: bool, stamps: Sequence[float], 
     part = [calls, int(null), *runner.last_ms]
     if len(stamps) == 4:
         began, calling, called, replied = stamps
-        part += [round((b - a) * 1e3, 4) for a, b in ((calling, called), (began, calling), (called, replied),
-                                                      (replied, runner.last_replied))]
+        part += [
+            round((b - a) * 1e3, 4)
+            for a, b in ((calling, called), (began, calling), (called, replied), (replied, runner.last_replied))
+        ]
     return part + ([round(probe_ms, 4)] if probe_ms is not None else [])
 
 
@@ -621,8 +661,12 @@ def call(runner: Runner, order: Order, *, timeout_s: float) -> tuple[CallDone, f
 
 def load(runner: Runner, request: JudgeRequest, library: str, *, timeout_s: float) -> Crashed | None:
     """Have the runner load the candidate's `library` (it is untrusted from here on); the Crashed record if it could not."""
-    reply, _ = runner.ask(LoadOrder(workload_factory=request.workload_factory, workload_config=request.workload_config,
-                                    task=request.task, library=library), timeout_s=timeout_s)
+    reply, _ = runner.ask(
+        LoadOrder(
+            workload_factory=request.workload_factory, workload_config=request.workload_config, task=request.task, library=library
+        ),
+        timeout_s=timeout_s,
+    )
     if isinstance(reply, Loaded):
         return None
     return runner.crashed(f"loading the candidate failed: {getattr(reply, 'reason', reply)}")
@@ -703,37 +747,48 @@ class TimingVerdict:
     reason: str
 
 
-def timing_verdict(batches: Sequence[TimedBatch], null: NullBatches, *, tolerance_fraction: float,
-                   tolerance_ms: float) -> TimingVerdict:
+def timing_verdict(
+    batches: Sequence[TimedBatch], null: NullBatches, *, tolerance_fraction: float, tolerance_ms: float
+) -> TimingVerdict:
     """A call's latency: per batch, the judge's milliseconds less a null batch's of as many calls, divided by the
     calls; the median over batches. The runner's own timer is a diagnostic: its median per call must lie within
     `tolerance_fraction` of the figure plus `tolerance_ms` (or the judge's own noise a call, `NullBatches.noise_ms`,
     where that is larger: agreement is never asked to be tighter than the clock), or the series contradicts it."""
     if not batches:
-        return TimingVerdict(latency_ms=math.nan, latency_p10_ms=math.nan, latency_p90_ms=math.nan, consistent=False,
-                             reason="no timed batch")
+        return TimingVerdict(
+            latency_ms=math.nan, latency_p10_ms=math.nan, latency_p90_ms=math.nan, consistent=False, reason="no timed batch"
+        )
     figures = [(b.wall_ms - null.cost_ms(b.calls, b.null_ms)) / b.calls for b in batches]
     claims = [statistics.fmean(b.in_process_ms) if b.in_process_ms else math.nan for b in batches]
     figure, claim = statistics.median(figures), statistics.median(claims)
     calls = sorted({b.calls for b in batches})
     shape = f"{len(batches)} batches of {'/'.join(map(str, calls))} calls"
     cost = statistics.median(null.cost_ms(b.calls, b.null_ms) for b in batches)
-    description = (f"{figure:.4f} ms a call by the judge's clock ({shape}, each less a null batch's"
-                   f" {cost:.4f} ms); the runner's own timer said {claim:.4f} ms")
+    description = (
+        f"{figure:.4f} ms a call by the judge's clock ({shape}, each less a null batch's"
+        f" {cost:.4f} ms); the runner's own timer said {claim:.4f} ms"
+    )
     verdict = dict(latency_ms=figure, latency_p10_ms=quantile(figures, 0.1), latency_p90_ms=quantile(figures, 0.9))
     if not figure > 0:
-        return TimingVerdict(**verdict, consistent=False,
-                             reason=f"the judge's clock saw no time in the calls beyond the protocol's own: {description}")
+        return TimingVerdict(
+            **verdict,
+            consistent=False,
+            reason=f"the judge's clock saw no time in the calls beyond the protocol's own: {description}",
+        )
     allowed = tolerance_fraction * figure + max(tolerance_ms, null.noise_ms())
     if not abs(claim - figure) <= allowed:
-        return TimingVerdict(**verdict, consistent=False,
-                             reason=f"the in-process timer contradicts the judge's clock: {description}"
-                                    f" ({(claim - figure) / figure:+.1%}; at most ±{allowed:.4f} ms allowed)")
+        return TimingVerdict(
+            **verdict,
+            consistent=False,
+            reason=f"the in-process timer contradicts the judge's clock: {description}"
+            f" ({(claim - figure) / figure:+.1%}; at most ±{allowed:.4f} ms allowed)",
+        )
     return TimingVerdict(**verdict, consistent=True, reason=f"{description} ({(claim - figure) / figure:+.1%})")
 
 
-def timed_series(series: Callable[[], list[TimedBatch]], null: NullBatches, *, attempts: int, tolerance_fraction: float,
-                 tolerance_ms: float) -> tuple[list[TimedBatch], TimingVerdict]:
+def timed_series(
+    series: Callable[[], list[TimedBatch]], null: NullBatches, *, attempts: int, tolerance_fraction: float, tolerance_ms: float
+) -> tuple[list[TimedBatch], TimingVerdict]:
     """Time a series of batches (`series()`) until the runner's timer agrees with the judge's clock, at most `attempts`
     series; the last series and its verdict. A load that begins beside an honest runner can make one series disagree;
     a runner whose timer lies disagrees in every series (its figure is the judge's anyway)."""
@@ -743,8 +798,11 @@ def timed_series(series: Callable[[], list[TimedBatch]], null: NullBatches, *, a
         verdict = timing_verdict(batches, null, tolerance_fraction=tolerance_fraction, tolerance_ms=tolerance_ms)
         if verdict.consistent:
             if contradicted:
-                verdict = attrs.evolve(verdict, reason=f"{verdict.reason}; series {len(contradicted) + 1}: the runner's"
-                                                       f" timer disagreed in {len(contradicted)} before it ({contradicted[-1]})")
+                verdict = attrs.evolve(
+                    verdict,
+                    reason=f"{verdict.reason}; series {len(contradicted) + 1}: the runner's"
+                    f" timer disagreed in {len(contradicted)} before it ({contradicted[-1]})",
+                )
             return batches, verdict
         contradicted.append(verdict.reason)
         if len(contradicted) >= attempts:

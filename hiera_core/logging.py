@@ -24,9 +24,7 @@ def configure_logging(*, json_file: Path | None = None, console: TextIO | None =
     if console is not None:
         console_handler = logging.StreamHandler(console)
         console_handler.setLevel(getattr(logging, level.upper()))
-        console_handler.setFormatter(
-            structlog.stdlib.ProcessorFormatter(processor=structlog.dev.ConsoleRenderer(colors=False))
-        )
+        console_handler.setFormatter(structlog.stdlib.ProcessorFormatter(processor=structlog.dev.ConsoleRenderer(colors=False)))
         handlers.append(console_handler)
     root = logging.getLogger()
     for handler in list(root.handlers):

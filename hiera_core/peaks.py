@@ -23,12 +23,15 @@ KEPT = 20
 TRUSTED = 5
 
 
-def remembered(arch: str, hardware: dict[str, Any], dtype: str, measured: tuple[float, float],
-               path: Path = PEAKS_FILE) -> tuple[tuple[float, float], int]:
+def remembered(
+    arch: str, hardware: dict[str, Any], dtype: str, measured: tuple[float, float], path: Path = PEAKS_FILE
+) -> tuple[tuple[float, float], int]:
     """Record `measured` (GB/s, GFLOP/s) for this machine; return the peaks the floors use and how many
     measurements they come from."""
     path = path.expanduser()
-    key = hashlib.sha256(json.dumps({"arch": arch, "hardware": hardware, "dtype": dtype}, sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps({"arch": arch, "hardware": hardware, "dtype": dtype}, sort_keys=True).encode()).hexdigest()[
+        :16
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -36,7 +39,7 @@ def remembered(arch: str, hardware: dict[str, Any], dtype: str, measured: tuple[
             table = json.loads(path.read_text()) if path.is_file() else {}
         except (OSError, ValueError):
             table = {}  # an unreadable file: start again
-        seen = [pair for pair in table.get(key, {}).get("measured", []) if len(pair) == 2][-(KEPT - 1):]
+        seen = [pair for pair in table.get(key, {}).get("measured", []) if len(pair) == 2][-(KEPT - 1) :]
         reading = [round(measured[0], 3), round(measured[1], 3)]
         if not seen or seen[-1] != reading:  # the same reading again is a process's cached one, not a new measurement
             seen.append(reading)

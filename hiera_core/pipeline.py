@@ -128,11 +128,21 @@ class Pipeline:
         stage_at: dict[str, float] = {}
         with recording_holds() as held:
             evaluation = self.stages(job, stage_s, stage_at=stage_at)
-        return Evaluated(evaluation=evaluation, stage_s=stage_s, wall_s=time.perf_counter() - started,
-                         timeline=records.Timeline(stage_at=stage_at, device_held=list(held)))
+        return Evaluated(
+            evaluation=evaluation,
+            stage_s=stage_s,
+            wall_s=time.perf_counter() - started,
+            timeline=records.Timeline(stage_at=stage_at, device_held=list(held)),
+        )
 
-    def stages(self, job: EvalJob, stage_s: dict[str, float] | None = None, *, device: bool = True,
-               stage_at: dict[str, float] | None = None) -> Evaluation | StagePassed:
+    def stages(
+        self,
+        job: EvalJob,
+        stage_s: dict[str, float] | None = None,
+        *,
+        device: bool = True,
+        stage_at: dict[str, float] | None = None,
+    ) -> Evaluation | StagePassed:
         """The pipeline for one candidate: its space's static check, then the architecture's stages in order (see
         `protocols.Evaluator.order`). `stage_s`, when given, receives the wall seconds of each stage that ran, by
         name, and `stage_at` when each started (Unix seconds). `device=False` stops before the first stage that holds
@@ -202,17 +212,22 @@ def implausible(measured: Measured, roofline: records.Roofline | None, run: RunC
     if roofline is not None and latency < run.floor_margin * roofline.floor_ms:
         return records.Rejected(
             reason=f"{latency:.4f} ms is below {run.floor_margin:.0%} of the roofline floor {roofline.floor_ms:.4f} ms"
-                   f" ({roofline.bytes_moved / 1e6:.1f} MB at {roofline.peak_gbps:.0f} GB/s, {roofline.flops / 1e9:.2f}"
-                   f" GFLOP at {roofline.peak_gflops:.0f} GFLOP/s): physically impossible", latency_ms=latency)
+            f" ({roofline.bytes_moved / 1e6:.1f} MB at {roofline.peak_gbps:.0f} GB/s, {roofline.flops / 1e9:.2f}"
+            f" GFLOP at {roofline.peak_gflops:.0f} GFLOP/s): physically impossible",
+            latency_ms=latency,
+        )
     if measured.reference_latency_ms / latency > run.max_speedup:
         return records.Rejected(
             reason=f"speedup {measured.reference_latency_ms / latency:.0f}x over the reference exceeds the"
-                   f" plausibility bound {run.max_speedup:.0f}x", latency_ms=latency)
+            f" plausibility bound {run.max_speedup:.0f}x",
+            latency_ms=latency,
+        )
     return None
 
 
-def pipeline_for(config: HieraConfig, pm: pluggy.PluginManager, arch: Architecture, evaluators: list[Evaluator],
-                 resolved: dict[str, Any]) -> Pipeline:
+def pipeline_for(
+    config: HieraConfig, pm: pluggy.PluginManager, arch: Architecture, evaluators: list[Evaluator], resolved: dict[str, Any]
+) -> Pipeline:
     """The pipeline of a session (its `config`, plugin manager `pm`, architecture and evaluators), with the recipe
     that rebuilds it elsewhere from `resolved` (the resolved configuration table) when every plugin it may need can
     be found there by name."""
@@ -228,11 +243,18 @@ def pipeline_for(config: HieraConfig, pm: pluggy.PluginManager, arch: Architectu
             objects.append(getattr(plugin, "__name__", None) or type(plugin).__name__)
     blocked = tuple(sorted(name for name, plugin in pm.list_name_plugin() if plugin is None))
     if objects:
-        return Pipeline(arch=arch, evaluators=evaluators, run=config.run, cannot_travel=(
-            f"plugin {objects[0]} was registered as an object, which cannot be sent to another process: register its"
-            " module instead (plugins=['module'] or --plugin module), or an entry point"))
-    recipe = Recipe(config=resolved, plugins=tuple(plugins), entry_points=bool(distributed), blocked=blocked,
-                    protection=sandbox.protection())
+        return Pipeline(
+            arch=arch,
+            evaluators=evaluators,
+            run=config.run,
+            cannot_travel=(
+                f"plugin {objects[0]} was registered as an object, which cannot be sent to another process: register its"
+                " module instead (plugins=['module'] or --plugin module), or an entry point"
+            ),
+        )
+    recipe = Recipe(
+        config=resolved, plugins=tuple(plugins), entry_points=bool(distributed), blocked=blocked, protection=sandbox.protection()
+    )
     return Pipeline(arch=arch, evaluators=evaluators, run=config.run, recipe=recipe)
 
 
@@ -251,8 +273,10 @@ def rebuild(recipe: Recipe) -> Pipeline:
 
     arch = build(architectures, "arch", config.run.arch)
     kind = getattr(arch, "kind", arch.name)
-    stages = sorted((build(evaluators, "evaluator", name) for name, cls in evaluators.classes.items() if cls.arch == kind),
-                    key=lambda e: e.order)
+    stages = sorted(
+        (build(evaluators, "evaluator", name) for name, cls in evaluators.classes.items() if cls.arch == kind),
+        key=lambda e: e.order,
+    )
     return Pipeline(arch=arch, evaluators=stages, run=config.run, recipe=recipe)
 
 
@@ -284,8 +308,11 @@ def weaker_sandbox(run: records.Protection | None, here: records.Protection) -> 
     """What the sandbox `here` lacks that the run's machine's (`run`) holds, in words; empty when nothing."""
     if run is None:
         return ""
-    lacking = [name.replace("_", " ") for name in ("pid_namespace", "network_namespace", "read_only_root", "dropped_capabilities")
-               if getattr(run, name) and not getattr(here, name)]
+    lacking = [
+        name.replace("_", " ")
+        for name in ("pid_namespace", "network_namespace", "read_only_root", "dropped_capabilities")
+        if getattr(run, name) and not getattr(here, name)
+    ]
     if run.cgroup and not here.cgroup:
         lacking.append("a cgroup")
     return ", ".join(lacking)

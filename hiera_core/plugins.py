@@ -131,8 +131,10 @@ def run_defaults(pm: pluggy.PluginManager) -> dict[str, str]:
     for impl in pm.hook.hiera_run_defaults.get_hookimpls():
         for key, value in (impl.function() or {}).items():
             if key in defaults and defaults[key][1] != value:
-                raise PluginError(f"plugins '{defaults[key][0]}' and '{impl.plugin_name}' both give the default"
-                                  f" {key} ('{defaults[key][1]}', '{value}'): block one (HIERA_DISABLE_PLUGINS)")
+                raise PluginError(
+                    f"plugins '{defaults[key][0]}' and '{impl.plugin_name}' both give the default"
+                    f" {key} ('{defaults[key][1]}', '{value}'): block one (HIERA_DISABLE_PLUGINS)"
+                )
             defaults[key] = (impl.plugin_name, value)
     return {key: value for key, (_, value) in defaults.items()}
 
@@ -150,11 +152,15 @@ def direction_knowledge(pm: pluggy.PluginManager, directions: Iterable[str], kin
             if answer is None:
                 continue
             if not isinstance(answer, DirectionKnowledge):
-                raise PluginError(f"plugin '{impl.plugin_name}' answered hiera_direction_knowledge({letter!r}, {kind!r})"
-                                  f" with {type(answer).__name__}, not DirectionKnowledge")
+                raise PluginError(
+                    f"plugin '{impl.plugin_name}' answered hiera_direction_knowledge({letter!r}, {kind!r})"
+                    f" with {type(answer).__name__}, not DirectionKnowledge"
+                )
             if letter in answers:
-                raise PluginError(f"plugins '{answers[letter][0]}' and '{impl.plugin_name}' both give the knowledge of"
-                                  f" direction {letter} on '{kind}' architectures: block one (HIERA_DISABLE_PLUGINS)")
+                raise PluginError(
+                    f"plugins '{answers[letter][0]}' and '{impl.plugin_name}' both give the knowledge of"
+                    f" direction {letter} on '{kind}' architectures: block one (HIERA_DISABLE_PLUGINS)"
+                )
             answers[letter] = (impl.plugin_name, answer)
     return {letter: answers[letter][1] if letter in answers else _unknown(letter, kind) for letter in directions}
 
@@ -163,7 +169,7 @@ def _unknown(letter: str, kind: str) -> DirectionKnowledge:
     return DirectionKnowledge(
         knowledge=f"- No installed plugin knows direction {letter} on '{kind}' architectures: no facts to quote.",
         rubric=f"No installed plugin gives a rubric for {letter} on '{kind}' architectures: judge it from its"
-               " description and the signals it reads.",
+        " description and the signals it reads.",
     )
 
 

@@ -121,7 +121,6 @@ class ImplementationSpace(Protocol):
     (`Architecture.describe_space`)."""
 
 
-
 @attrs.frozen(kw_only=True)
 class StrategyTemplate:
     """One entry of a direction's strategy catalogue."""

@@ -15,6 +15,7 @@ import attrs
 SCHEMA_VERSION = 2
 """Bumped whenever a record on disk changes shape; every file hiera writes carries it."""
 
+
 def content_id(*parts: str) -> str:
     """A short, stable hash of text parts; used for candidate and contract ids."""
     digest = hashlib.sha256()
@@ -263,6 +264,7 @@ def beats(challenger: Measured, incumbent: Measured) -> bool:
     """Whether `challenger` is faster than `incumbent` beyond the noise of the two medians: by more than twice the
     standard error of their difference, each median's error estimated from its own timed calls (σ ≈ (p90 - p10) / 2.56,
     as for a normal spread; the error of a median ≈ 1.25 σ / √repeats)."""
+
     def error(m: Measured) -> float:
         return 1.2533 * (m.latency_p90_ms - m.latency_p10_ms) / 2.5631 / math.sqrt(max(1, m.repeats))
 
@@ -564,8 +566,17 @@ class RunPaused:
 
 
 Event = (
-    RunStarted | BaselineEvaluated | PlanMade | CandidatesGenerated | CandidateEvaluated | CandidateProfiled
-    | RoundFinished | Remeasured | RunFinished | AgentCalled | RunPaused
+    RunStarted
+    | BaselineEvaluated
+    | PlanMade
+    | CandidatesGenerated
+    | CandidateEvaluated
+    | CandidateProfiled
+    | RoundFinished
+    | Remeasured
+    | RunFinished
+    | AgentCalled
+    | RunPaused
 )
 """One line of `trajectory.jsonl`."""
 
@@ -616,8 +627,9 @@ class Judged:
     conditions: dict[str, float] = attrs.field(factory=dict)
     """The machine's state around the timed calls (`Measured.conditions`)."""
 
-    def measured(self, *, compile_s: float, profile: Profile | None,
-                 resources: dict[str, dict[str, int]] | None = None) -> Measured:
+    def measured(
+        self, *, compile_s: float, profile: Profile | None, resources: dict[str, dict[str, int]] | None = None
+    ) -> Measured:
         """The evaluation record of this verdict, with what the other stages knew (build time, profile, ...)."""
         return Measured(
             latency_ms=self.latency_ms,

@@ -69,9 +69,7 @@ def round_rows(events: list[records.Event]) -> list[RoundRow]:
     rows, best = [], None
     for round_ in sorted(batches):
         batch = batches[round_]
-        latencies = [
-            evaluated[c.id].latency_ms for c in batch.candidates if isinstance(evaluated.get(c.id), Measured)
-        ]
+        latencies = [evaluated[c.id].latency_ms for c in batch.candidates if isinstance(evaluated.get(c.id), Measured)]
         round_best = min(latencies, default=None)
         if round_best is not None:
             best = round_best if best is None else min(best, round_best)
@@ -177,8 +175,9 @@ def timeline(events: list[records.Event], times: list[float | None]) -> Timeline
     end = end or max(t for t in times if t is not None)
     rows, holds = [], []
     for event in events:
-        if not isinstance(event, records.CandidateEvaluated | records.BaselineEvaluated | records.Remeasured
-                          | records.CandidateProfiled):
+        if not isinstance(
+            event, records.CandidateEvaluated | records.BaselineEvaluated | records.Remeasured | records.CandidateProfiled
+        ):
             continue
         at = event.timeline.stage_at
         if not at:
@@ -234,9 +233,11 @@ def _costs_section(events: list[records.Event], line: Timeline | None = None) ->
     ]
     device_stages = started.device_stages if started else []
     if line is not None and line.held_s > 0:
-        lines.append(f"The device was held {line.held_s:.1f} s of the run's {line.span_s:.1f} s wall ({line.busy_share:.0%}),"
-                     f" {line.busy_share_after_first:.0%} from its first hold on (by {', '.join(device_stages) or 'the device stages'};"
-                     " a stage's time also holds its start-up and its wait for the device). Timeline: plots/timeline.png.")
+        lines.append(
+            f"The device was held {line.held_s:.1f} s of the run's {line.span_s:.1f} s wall ({line.busy_share:.0%}),"
+            f" {line.busy_share_after_first:.0%} from its first hold on (by {', '.join(device_stages) or 'the device stages'};"
+            " a stage's time also holds its start-up and its wait for the device). Timeline: plots/timeline.png."
+        )
     elif device_stages:
         device_s = sum(stages.get(stage, 0.0) for stage in device_stages)
         lines.append(f"Device-seconds: {device_s:.2f} (the stages that hold the device: {', '.join(device_stages)}).")
@@ -255,7 +256,10 @@ def _costs_section(events: list[records.Event], line: Timeline | None = None) ->
         )
     models = sorted({f"{e.model} ({e.backend})" if e.model else e.backend for e in events if isinstance(e, records.AgentCalled)})
     if models:
-        lines += ["", f"Answered by: {inline(', '.join(models))}. Money comes from the `prices` table of the backend's configuration."]
+        lines += [
+            "",
+            f"Answered by: {inline(', '.join(models))}. Money comes from the `prices` table of the backend's configuration.",
+        ]
     return lines
 
 
@@ -310,17 +314,22 @@ def write_report(store: RunStore) -> Path:
     for waited, what in ((True, "for answers that came later"), (False, "for the device, planned on a machine without it")):
         these = [p for p in pauses if (p.waiting > 0) == waited]
         if these:
-            lines.append(f"- paused {len(these)} time(s) {what} (rounds"
-                         f" {', '.join(str(r) for r in sorted({p.round for p in these}))}), resumed each time")
+            lines.append(
+                f"- paused {len(these)} time(s) {what} (rounds"
+                f" {', '.join(str(r) for r in sorted({p.round for p in these}))}), resumed each time"
+            )
     lines += ["", "## Result", ""]
     headline = finished.remeasured if finished is not None and finished.finalists else None
     if best is None:
-        lines.append("No valid candidate was found." if not measured else
-                     "No finalist held up in the final re-measurement (see Finalists); no winner is named.")
+        lines.append(
+            "No valid candidate was found."
+            if not measured
+            else "No finalist held up in the final re-measurement (see Finalists); no winner is named."
+        )
     else:
         b = best.evaluation
         shown = headline if isinstance(headline, Measured) else b
-        in_search = (f"{b.latency_ms:.3f} ms (p10 {b.latency_p10_ms:.3f}, p90 {b.latency_p90_ms:.3f}, {b.repeats} timed calls)")
+        in_search = f"{b.latency_ms:.3f} ms (p10 {b.latency_p10_ms:.3f}, p90 {b.latency_p90_ms:.3f}, {b.repeats} timed calls)"
         head = f"- best: candidate `{best.candidate.id}` (round {best.candidate.round}, {inline(best.candidate.origin or best.candidate.strategy)})"
         if isinstance(headline, Measured):
             won = finished.finalists[0]
@@ -335,28 +344,38 @@ def write_report(store: RunStore) -> Path:
         steps = manifest.task.params.get("steps", 1)
         if isinstance(steps, int) and steps > 1:
             lines.append(f"- amortised over the call's {steps} steps: **{shown.latency_ms / steps:.4f} ms per step**")
-        lines.append(f"- reference: {shown.reference_latency_ms:.3f} ms → speedup over the reference **{shown.speedup_vs_reference:.2f}×**")
+        lines.append(
+            f"- reference: {shown.reference_latency_ms:.3f} ms → speedup over the reference **{shown.speedup_vs_reference:.2f}×**"
+        )
         if seed is not None and isinstance(seed.evaluation, Measured):
             lines.append(
                 f"- initial candidate: {seed.evaluation.latency_ms:.3f} ms in the search → best is"
                 f" **{seed.evaluation.latency_ms / b.latency_ms:.2f}×** faster than the initial candidate (both in the search)"
             )
         if roofline is not None:
-            arithmetic = (f", the reference's own arithmetic {roofline.compute_headroom_ms:.3f} ms ({roofline.reference_flops / 1e6:.1f}"
-                          " MFLOP by PyTorch's FLOP counter: no floor, a candidate may do less)" if roofline.reference_flops else "")
+            arithmetic = (
+                f", the reference's own arithmetic {roofline.compute_headroom_ms:.3f} ms ({roofline.reference_flops / 1e6:.1f}"
+                " MFLOP by PyTorch's FLOP counter: no floor, a candidate may do less)"
+                if roofline.reference_flops
+                else ""
+            )
             lines.append(
                 f"- floors: memory {roofline.memory_floor_ms:.3f} ms ({roofline.bytes_moved / 1e6:.1f} MB at {roofline.peak_gbps:.1f} GB/s),"
                 f" compute {roofline.compute_floor_ms:.3f} ms ({roofline.flops / 1e6:.1f} MFLOP at {roofline.peak_gflops:.1f} GFLOP/s){arithmetic};"
                 f" the best runs at {roofline.headroom_floor_ms / shown.latency_ms:.0%} of the {'larger' if arithmetic else 'floor'}"
             )
             if roofline.measurements > 1 and roofline.measured_gbps is not None:
-                lines.append(f"- peaks: remembered over this machine's last {roofline.measurements} measurements; this run measured"
-                             f" {roofline.measured_gbps:.1f} GB/s and {roofline.measured_gflops:.1f} GFLOP/s")
+                lines.append(
+                    f"- peaks: remembered over this machine's last {roofline.measurements} measurements; this run measured"
+                    f" {roofline.measured_gbps:.1f} GB/s and {roofline.measured_gflops:.1f} GFLOP/s"
+                )
         disturbed = [e for e in measured if e.evaluation.disturbed]
         if disturbed:
-            lines.append(f"- {len(disturbed)} of {len(measured)} valid candidates were timed while the machine was disturbed"
-                         f" (e.g. `{disturbed[0].candidate.id}`: {inline(disturbed[0].evaluation.disturbed)}); their figures may read"
-                         " slow, and the search may have passed them over")
+            lines.append(
+                f"- {len(disturbed)} of {len(measured)} valid candidates were timed while the machine was disturbed"
+                f" (e.g. `{disturbed[0].candidate.id}`: {inline(disturbed[0].evaluation.disturbed)}); their figures may read"
+                " slow, and the search may have passed them over"
+            )
         if b.reference_engine:
             lines.append(f"- correctness judged against {b.reference_engine}; timing bound: {b.timing_bound or 'none'}")
         if finished is not None and finished.remeasured is not None and not finished.finalists:
@@ -365,8 +384,10 @@ def write_report(store: RunStore) -> Path:
             lines.append(f"- re-measured in a fresh process on fresh inputs: {figure}")
         compiled = compiled_reference(events)
         if compiled is not None and compiled.compiled_reference_latency_ms is not None:
-            lines.append(f"- the reference under torch.compile, timed by a judge of the re-measurement:"
-                         f" {compiled.compiled_reference_latency_ms:.3f} ms → speedup {compiled.compiled_reference_latency_ms / shown.latency_ms:.2f}×")
+            lines.append(
+                f"- the reference under torch.compile, timed by a judge of the re-measurement:"
+                f" {compiled.compiled_reference_latency_ms:.3f} ms → speedup {compiled.compiled_reference_latency_ms / shown.latency_ms:.2f}×"
+            )
         elif compiled is not None:
             lines.append(f"- the reference under torch.compile: not measured ({compiled.compiled_reference_note})")
     if finished is not None and finished.finalists:
@@ -413,8 +434,11 @@ def write_report(store: RunStore) -> Path:
     lines += ["| id | round | space | dir | origin | outcome |", "|---|---|---|---|---|---|"]
     for e in evaluated:
         ev = e.evaluation
-        outcome = (f"{ev.latency_ms:.3f} ms{' (disturbed)' if ev.disturbed else ''}" if isinstance(ev, Measured)
-                   else f"{type(ev).__name__}: {_reason(ev)}")
+        outcome = (
+            f"{ev.latency_ms:.3f} ms{' (disturbed)' if ev.disturbed else ''}"
+            if isinstance(ev, Measured)
+            else f"{type(ev).__name__}: {_reason(ev)}"
+        )
         lines.append(
             f"| `{e.candidate.id}` | {e.candidate.round} | {e.candidate.space} | {e.candidate.direction or '-'} |"
             f" {inline(e.candidate.origin) or '-'} | {outcome} |"
@@ -434,8 +458,14 @@ def compiled_reference(events: list[records.Event]) -> Measured | None:
     judge of the re-measurement does, where the workload offers it); None when none did."""
     finished = [e.remeasured for e in events if isinstance(e, records.RunFinished)]
     finals = [e.evaluation for e in events if isinstance(e, records.Remeasured)] + finished
-    return next((m for m in finals if isinstance(m, Measured)
-                 and (m.compiled_reference_latency_ms is not None or m.compiled_reference_note)), None)
+    return next(
+        (
+            m
+            for m in finals
+            if isinstance(m, Measured) and (m.compiled_reference_latency_ms is not None or m.compiled_reference_note)
+        ),
+        None,
+    )
 
 
 def _finalists_section(finished: records.RunFinished, candidates: dict[str, records.Candidate], busy: set[str]) -> list[str]:
@@ -456,9 +486,15 @@ def _finalists_section(finished: records.RunFinished, candidates: dict[str, reco
         if f.latency_ms is None:
             lines.append(f"| `{f.candidate_id}` | {round_} | {f.in_search_ms:.3f} | - | - | out: {inline(f.reason, limit=120)} |")
             continue
-        verdict = "**winner**" if i == 0 and f.candidate_id == finished.best_candidate_id else f"{f.latency_ms / finished.finalists[0].latency_ms:.2f}× the winner's time"
+        verdict = (
+            "**winner**"
+            if i == 0 and f.candidate_id == finished.best_candidate_id
+            else f"{f.latency_ms / finished.finalists[0].latency_ms:.2f}× the winner's time"
+        )
         mark = " (disturbed)" if f.candidate_id in busy else ""
-        lines.append(f"| `{f.candidate_id}` | {round_} | {f.in_search_ms:.3f} | {f.latency_ms:.3f}{mark} | {f.low_ms:.3f}–{f.high_ms:.3f} | {verdict} |")
+        lines.append(
+            f"| `{f.candidate_id}` | {round_} | {f.in_search_ms:.3f} | {f.latency_ms:.3f}{mark} | {f.low_ms:.3f}–{f.high_ms:.3f} | {verdict} |"
+        )
     return lines
 
 
@@ -484,8 +520,11 @@ def _baselines_section(
         versus = f"**{ev.latency_ms / best.latency_ms:.2f}×** faster" if best is not None else "-"
         lines.append(f"| {name} | {e.candidate.space} | {ev.latency_ms:.3f} | {floor} | {versus} |")
     if any(e.reused_from for e in baselines):
-        lines += ["", "A baseline measured in an earlier run on this machine, toolchain and settings was taken from the"
-                      " baseline cache (`[run] baseline_cache`; empty measures every run's baselines)."]
+        lines += [
+            "",
+            "A baseline measured in an earlier run on this machine, toolchain and settings was taken from the"
+            " baseline cache (`[run] baseline_cache`; empty measures every run's baselines).",
+        ]
     return lines
 
 
@@ -498,7 +537,10 @@ def _reason(evaluation: records.Evaluation) -> str:
 
 
 def _plot(
-    run_dir: Path, rows: list[RoundRow], evaluated: list[records.CandidateEvaluated], roofline,
+    run_dir: Path,
+    rows: list[RoundRow],
+    evaluated: list[records.CandidateEvaluated],
+    roofline,
     baselines: list[records.BaselineEvaluated],
 ) -> Path | None:
     points = [(e.candidate.round, e.evaluation.latency_ms) for e in evaluated if isinstance(e.evaluation, Measured)]
@@ -555,8 +597,11 @@ def _plot_timeline(run_dir: Path, line: Timeline) -> Path:
     ax.set_yticks(range(len(line.rows)), [row.label for row in line.rows], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the run started")
-    ax.set_title(f"device held {line.held_s:.1f} s of {line.span_s:.1f} s ({line.busy_share:.0%};"
-                 f" {line.busy_share_after_first:.0%} from the first hold)", fontsize=9)
+    ax.set_title(
+        f"device held {line.held_s:.1f} s of {line.span_s:.1f} s ({line.busy_share:.0%};"
+        f" {line.busy_share_after_first:.0%} from the first hold)",
+        fontsize=9,
+    )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="x", alpha=0.3)
     return save_figure(fig, run_dir / "plots" / "timeline.png")

@@ -36,9 +36,20 @@ from hiera_core.records import Protection
 
 PASSED_VARIABLES = frozenset(
     {
-        "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH",
-        "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS",
-        "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "LC_CTYPE",
+        "TZ",
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_HOME",
+        "TORCH_CUDA_ARCH_LIST",
+        "OMP_NUM_THREADS",
+        "OPENBLAS_CORETYPE",
+        "OPENBLAS_L2_SIZE",
     }
 )
 """The only variables a sandboxed process inherits; API keys and every other secret stay behind."""
@@ -103,9 +114,15 @@ def protection() -> Protection:
     if cgroup and not cpuset:
         missing.append("no cpuset controller: a one-core space is enforced by its source rules only")
     return Protection(
-        pid_namespace=namespaces, network_namespace=namespaces, read_only_root=namespaces,
-        dropped_capabilities=setpriv, cgroup=cgroup, pids_limit=PIDS_MAX if cgroup else None,
-        group_freezer=freezer, cores_limit=cpuset, missing=missing,
+        pid_namespace=namespaces,
+        network_namespace=namespaces,
+        read_only_root=namespaces,
+        dropped_capabilities=setpriv,
+        cgroup=cgroup,
+        pids_limit=PIDS_MAX if cgroup else None,
+        group_freezer=freezer,
+        cores_limit=cpuset,
+        missing=missing,
     )
 
 
@@ -122,13 +139,25 @@ def _try_namespaces(missing: list[str]) -> bool:
     probe.mkdir()
     try:
         done = subprocess.run(
-            [*_unshare_prefix(), sys.executable, "-m", "hiera_core.sandbox", str(probe), "--", sys.executable, "-c",
-             "import json, os; r = {}\n"
-             "for p in ('/etc/hiera-probe', os.path.join(os.environ['HOME'], 'ok')):\n"
-             "    try: open(p, 'w').close(); r[p] = True\n"
-             "    except OSError: r[p] = False\n"
-             "print(json.dumps({'pid': os.getpid(), 'writes': r}))"],
-            capture_output=True, text=True, timeout=60, env=candidate_environment(probe),
+            [
+                *_unshare_prefix(),
+                sys.executable,
+                "-m",
+                "hiera_core.sandbox",
+                str(probe),
+                "--",
+                sys.executable,
+                "-c",
+                "import json, os; r = {}\n"
+                "for p in ('/etc/hiera-probe', os.path.join(os.environ['HOME'], 'ok')):\n"
+                "    try: open(p, 'w').close(); r[p] = True\n"
+                "    except OSError: r[p] = False\n"
+                "print(json.dumps({'pid': os.getpid(), 'writes': r}))",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=candidate_environment(probe),
         )
         answer = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
@@ -204,7 +233,9 @@ class Cgroup:
         if kind == "v2":
             self.dirs = [CGROUP_ROOT / name]
         else:
-            controllers = ["memory", "pids"] + [c for c in ("freezer", "cpuset") if candidate and _writable_cgroup(CGROUP_ROOT / c)]
+            controllers = ["memory", "pids"] + [
+                c for c in ("freezer", "cpuset") if candidate and _writable_cgroup(CGROUP_ROOT / c)
+            ]
             self.dirs = [CGROUP_ROOT / c / name for c in controllers]
         self.created: list[Path] = []
         try:
@@ -379,9 +410,15 @@ class Sandboxed:
 
 
 def start(
-    command: Sequence[str], *, scratch: Path, writable: Sequence[Path] = (), readable: Sequence[Path] = (),
-    memory_bytes: int | None = None, env_extra: dict[str, str] | None = None,
-    candidate: CandidateLimits | None = None, **popen,
+    command: Sequence[str],
+    *,
+    scratch: Path,
+    writable: Sequence[Path] = (),
+    readable: Sequence[Path] = (),
+    memory_bytes: int | None = None,
+    env_extra: dict[str, str] | None = None,
+    candidate: CandidateLimits | None = None,
+    **popen,
 ) -> Sandboxed:
     """Start `command` in a new sandbox where only `scratch` and `writable` can be written; `readable` names what
     else it must see (the candidate's library). /tmp becomes a private tmpfs, unless one of these, the command,
@@ -392,25 +429,48 @@ def start(
     guard = protection()
     cgroup = Cgroup(guard.cgroup, memory_bytes, candidate if guard.group_freezer else None) if guard.cgroup else None
     try:
-        return _start(command, scratch=scratch, writable=[*writable, *(cgroup.candidate_dirs if cgroup else [])],
-                      readable=readable, memory_bytes=memory_bytes, cgroup=cgroup,
-                      env_extra={**(env_extra or {}), **(cgroup.candidate_variable() if cgroup else {})}, **popen)
+        return _start(
+            command,
+            scratch=scratch,
+            writable=[*writable, *(cgroup.candidate_dirs if cgroup else [])],
+            readable=readable,
+            memory_bytes=memory_bytes,
+            cgroup=cgroup,
+            env_extra={**(env_extra or {}), **(cgroup.candidate_variable() if cgroup else {})},
+            **popen,
+        )
     except BaseException:
         if cgroup is not None:
             cgroup.destroy()
         raise
 
 
-def _start(command: Sequence[str], *, scratch: Path, writable: Sequence[Path], readable: Sequence[Path],
-           memory_bytes: int | None, cgroup: Cgroup | None, env_extra: dict[str, str], **popen) -> Sandboxed:
+def _start(
+    command: Sequence[str],
+    *,
+    scratch: Path,
+    writable: Sequence[Path],
+    readable: Sequence[Path],
+    memory_bytes: int | None,
+    cgroup: Cgroup | None,
+    env_extra: dict[str, str],
+    **popen,
+) -> Sandboxed:
     guard = protection()
     prefix = []
     if guard.pid_namespace:
         python = [sys.executable, sys.prefix, *sys.path, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
         needed = [Path(os.path.realpath(p)) for p in (scratch, *writable, *readable, command[0], *python) if p]
         under_tmp = any(p == Path("/tmp") or Path("/tmp") in p.parents for p in needed)
-        prefix = [*_unshare_prefix(), sys.executable, "-m", "hiera_core.sandbox",
-                  *([] if under_tmp else ["--private-tmp"]), *[str(p) for p in (scratch, *writable)], "--"]
+        prefix = [
+            *_unshare_prefix(),
+            sys.executable,
+            "-m",
+            "hiera_core.sandbox",
+            *([] if under_tmp else ["--private-tmp"]),
+            *[str(p) for p in (scratch, *writable)],
+            "--",
+        ]
     limit = memory_bytes if cgroup is None else None
 
     def in_child() -> None:
@@ -421,8 +481,12 @@ def _start(command: Sequence[str], *, scratch: Path, writable: Sequence[Path], r
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
     process = subprocess.Popen(
-        [*prefix, *command], cwd=scratch, env=candidate_environment(scratch, env_extra),
-        start_new_session=True, preexec_fn=in_child, **popen,
+        [*prefix, *command],
+        cwd=scratch,
+        env=candidate_environment(scratch, env_extra),
+        start_new_session=True,
+        preexec_fn=in_child,
+        **popen,
     )
     return Sandboxed(process=process, cgroup=cgroup)
 
@@ -437,9 +501,18 @@ class IsolatedResult:
 
 
 def run_sandboxed(
-    command: Sequence[str], *, cwd: Path, timeout_s: float, stdin: str = "", writable: Sequence[Path] = (),
-    readable: Sequence[Path] = (), env_extra: dict[str, str] | None = None, memory_bytes: int | None = None,
-    file_bytes: int | None = None, log_bytes: int = 16 << 20, hide_outside: bool = False,
+    command: Sequence[str],
+    *,
+    cwd: Path,
+    timeout_s: float,
+    stdin: str = "",
+    writable: Sequence[Path] = (),
+    readable: Sequence[Path] = (),
+    env_extra: dict[str, str] | None = None,
+    memory_bytes: int | None = None,
+    file_bytes: int | None = None,
+    log_bytes: int = 16 << 20,
+    hide_outside: bool = False,
 ) -> IsolatedResult:
     """Run `command` (a compiler, a profiler) in a sandbox where `cwd` and `writable` can be written (and
     `readable` must be seen); kill everything in it on time-out.
@@ -455,8 +528,17 @@ def run_sandboxed(
         seen += [Path(program)] if program else []
         keep = [cwd, *writable, *seen] if hide_outside else []
         command = confined(command, memory_bytes=memory_bytes, file_bytes=file_bytes, keep=keep)
-    box = start(command, scratch=cwd, writable=writable, readable=seen, memory_bytes=memory_bytes, env_extra=env_extra,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    box = start(
+        command,
+        scratch=cwd,
+        writable=writable,
+        readable=seen,
+        memory_bytes=memory_bytes,
+        env_extra=env_extra,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     pipes = [BoundedPipe(box.process.stdout, log_bytes), BoundedPipe(box.process.stderr, log_bytes)]
     threading.Thread(target=_feed, args=(box.process.stdin, stdin.encode()), daemon=True).start()
     try:
@@ -469,8 +551,12 @@ def run_sandboxed(
     box.process.wait()
     for pipe in pipes:
         pipe.join(timeout=10)
-    return IsolatedResult(returncode=None if timed_out else box.process.returncode, stdout=pipes[0].text(),
-                          stderr=pipes[1].text(), timed_out=timed_out)
+    return IsolatedResult(
+        returncode=None if timed_out else box.process.returncode,
+        stdout=pipes[0].text(),
+        stderr=pipes[1].text(),
+        timed_out=timed_out,
+    )
 
 
 # --- the judge's side: starting the runner -------------------------------------------------------
@@ -501,8 +587,19 @@ def runner_command(command: Sequence[str], *, sealed: Sequence[str] = ()) -> lis
     without capabilities cannot make them writable again, so it can neither thaw itself nor leave its group."""
     command = [*SETPRIV, *command] if shutil.which("setpriv") else list(command)
     if sealed:
-        command = ["unshare", "--mount", "--propagation", "private", sys.executable, "-m", "hiera_core.sandbox",
-                   "--read-only", *sealed, "--", *command]
+        command = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            sys.executable,
+            "-m",
+            "hiera_core.sandbox",
+            "--read-only",
+            *sealed,
+            "--",
+            *command,
+        ]
     return command
 
 
@@ -515,8 +612,14 @@ def make_undumpable() -> None:
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC, MS_PRIVATE, MS_RELATIME = 1024, 2048, 4096, 16384, 1 << 18, 1 << 21
-_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
-          "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}
+_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+}
 
 
 def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> int:
@@ -579,7 +682,7 @@ def main(argv: list[str]) -> None:
         except OSError as exc:
             print(f"hiera sandbox: {exc.strerror}", file=sys.stderr, flush=True)
             sys.exit(SANDBOX_FAILED)
-        os.execvp(argv[split + 1], argv[split + 1:])
+        os.execvp(argv[split + 1], argv[split + 1 :])
     paths = [a for a in argv[:split] if a != "--private-tmp"]
     try:
         enter(paths, private_tmp="--private-tmp" in argv[:split])
@@ -588,7 +691,7 @@ def main(argv: list[str]) -> None:
         sys.exit(SANDBOX_FAILED)
     os.chdir(os.getcwd())  # the working directory, looked up again: on the writable bind mount, not the old one
     try:
-        os.execvp(argv[split + 1], argv[split + 1:])
+        os.execvp(argv[split + 1], argv[split + 1 :])
     except OSError as exc:
         print(f"hiera sandbox: cannot run {argv[split + 1]}: {exc.strerror}", file=sys.stderr, flush=True)
         sys.exit(SANDBOX_FAILED)
@@ -631,10 +734,10 @@ class BoundedPipe(threading.Thread):
                 self.tail += chunk
                 if len(self.tail) > 2 * self.half:
                     self.dropped += len(self.tail) - self.half
-                    self.tail = self.tail[-self.half:]
+                    self.tail = self.tail[-self.half :]
         if len(self.tail) > self.half:
             self.dropped += len(self.tail) - self.half
-            self.tail = self.tail[-self.half:]
+            self.tail = self.tail[-self.half :]
 
     def text(self) -> str:
         if not self.dropped:
@@ -656,15 +759,30 @@ def _feed(pipe, data: bytes) -> None:
         pipe.close()
 
 
-def run_limited(command: Sequence[str], *, cwd: Path, timeout_s: float, memory_bytes: int | None = None,
-                file_bytes: int | None = None, log_bytes: int = COMPILER_LOG_BYTES) -> IsolatedResult:
+def run_limited(
+    command: Sequence[str],
+    *,
+    cwd: Path,
+    timeout_s: float,
+    memory_bytes: int | None = None,
+    file_bytes: int | None = None,
+    log_bytes: int = COMPILER_LOG_BYTES,
+) -> IsolatedResult:
     """Run `command` from a process already in a sandbox (the cuda build's dependency listing), with the same
     limits as `run_sandboxed` gives its command, and its process group killed on time-out."""
+
     def limits() -> None:
         _set_limits(memory_bytes, file_bytes)
 
-    process = subprocess.Popen(list(command), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, start_new_session=True, preexec_fn=limits)
+    process = subprocess.Popen(
+        list(command),
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=limits,
+    )
     pipes = [BoundedPipe(process.stdout, log_bytes), BoundedPipe(process.stderr, log_bytes)]
     try:
         process.wait(timeout=timeout_s)
@@ -677,8 +795,9 @@ def run_limited(command: Sequence[str], *, cwd: Path, timeout_s: float, memory_b
     process.wait()
     for pipe in pipes:
         pipe.join(timeout=10)
-    return IsolatedResult(returncode=None if timed_out else process.returncode, stdout=pipes[0].text(),
-                          stderr=pipes[1].text(), timed_out=timed_out)
+    return IsolatedResult(
+        returncode=None if timed_out else process.returncode, stdout=pipes[0].text(), stderr=pipes[1].text(), timed_out=timed_out
+    )
 
 
 def _set_limits(memory_bytes: int | None, file_bytes: int | None) -> None:
@@ -688,23 +807,34 @@ def _set_limits(memory_bytes: int | None, file_bytes: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
 
 
-def confined(command: Sequence[str], *, memory_bytes: int | None, file_bytes: int | None,
-             keep: Sequence[Path]) -> list[str]:
+def confined(command: Sequence[str], *, memory_bytes: int | None, file_bytes: int | None, keep: Sequence[Path]) -> list[str]:
     """`command` started through `confine`: with these rlimits and, where `keep` names folders (and the sandbox
     has a mount namespace), everything outside the system's folders hidden but for those and Python's own."""
     hide = hidden_folders() if keep and protection().read_only_root else []
     if hide:
         keep = [*keep, *python_folders(), Path(__file__).parent]
-    spec = {"memory_bytes": memory_bytes, "file_bytes": file_bytes, "hide": hide,
-            "keep": sorted({os.path.realpath(p) for p in keep})}
-    return [sys.executable, "-c", "import sys; from hiera_core.sandbox import confine; confine(sys.argv[1:])",
-            json.dumps(spec), "--", *command]
+    spec = {
+        "memory_bytes": memory_bytes,
+        "file_bytes": file_bytes,
+        "hide": hide,
+        "keep": sorted({os.path.realpath(p) for p in keep}),
+    }
+    return [
+        sys.executable,
+        "-c",
+        "import sys; from hiera_core.sandbox import confine; confine(sys.argv[1:])",
+        json.dumps(spec),
+        "--",
+        *command,
+    ]
 
 
 def hidden_folders() -> list[str]:
     """What a compiler must not see: every top-level folder but the system's (`SYSTEM_FOLDERS`), and /dev."""
-    return ["/dev", *sorted(str(p) for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink()
-                            and p.name not in SYSTEM_FOLDERS)]
+    return [
+        "/dev",
+        *sorted(str(p) for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink() and p.name not in SYSTEM_FOLDERS),
+    ]
 
 
 def python_folders() -> list[Path]:
@@ -712,8 +842,15 @@ def python_folders() -> list[Path]:
     import site
     import sysconfig
 
-    folders = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-               *site.getsitepackages(), site.getusersitepackages(), *sysconfig.get_paths().values()}
+    folders = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        *site.getsitepackages(),
+        site.getusersitepackages(),
+        *sysconfig.get_paths().values(),
+    }
     return [Path(f) for f in folders if f and os.path.exists(f)]
 
 
@@ -776,13 +913,17 @@ def search_folders(compiler_and_flags: tuple[str, ...], language: str) -> list[s
     """The folders `compiler_and_flags` searches for includes (its own and the flags' -I/-isystem), as the compiler
     lists them with -v; a trusted command on no candidate input, so not sandboxed."""
     try:
-        done = subprocess.run([*compiler_and_flags, "-E", "-v", "-x", language, "/dev/null", "-o", "/dev/null"],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [*compiler_and_flags, "-E", "-v", "-x", language, "/dev/null", "-o", "/dev/null"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     lines = done.stderr.splitlines()
     starts = [i for i, line in enumerate(lines) if "search starts here" in line]
-    listed = [line.strip() for line in lines[starts[0] + 1:] if line.startswith(" ")] if starts else []
+    listed = [line.strip() for line in lines[starts[0] + 1 :] if line.startswith(" ")] if starts else []
     return [os.path.realpath(p.removesuffix(" (framework directory)")) for p in listed if os.path.isdir(p.split(" ")[0])]
 
 
@@ -825,13 +966,24 @@ def include_problem(include: str, *, base: Path, allowed: Sequence[str]) -> str 
         mode = os.stat(path).st_mode
     except OSError:
         mode = stat.S_IFREG  # missing (`-MG` lists it): where it would be decides; the compiler says it is missing
-    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a folder" if stat.S_ISDIR(mode) else None)
+    kind = (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a folder"
+        if stat.S_ISDIR(mode)
+        else None
+    )
     if kind:
         return f"`{include}` is {kind}, not a source file"
     if not _within_any(path, allowed):
-        return (f"`{include}` is outside what a candidate may include (its own folder, the contract's files and the"
-                f" toolchain's include folders)")
+        return (
+            f"`{include}` is outside what a candidate may include (its own folder, the contract's files and the"
+            f" toolchain's include folders)"
+        )
     return None
 
 
@@ -898,7 +1050,6 @@ def folder_bytes(folder: Path) -> int:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(root, name)).st_size
     return total
-
 
 
 if __name__ == "__main__":

@@ -49,8 +49,11 @@ def from_dict(data: Any, cls: type[T] | Any) -> T:
 
 def event_to_line(event: records.Event, at: float | None = None) -> str:
     """One trajectory line: the event, the schema's version and, given `at`, when it was recorded (Unix seconds)."""
-    data = {"schema_version": records.SCHEMA_VERSION, **({"at": round(at, 3)} if at is not None else {}),
-            **to_dict(event, records.Event)}
+    data = {
+        "schema_version": records.SCHEMA_VERSION,
+        **({"at": round(at, 3)} if at is not None else {}),
+        **to_dict(event, records.Event),
+    }
     return json.dumps(data, sort_keys=True)
 
 

@@ -56,8 +56,14 @@ class Session:
     """What evaluates a candidate: the architecture's stages, and how to rebuild them in another process."""
 
     @classmethod
-    def create(cls, config: HieraConfig, pm: pluggy.PluginManager, *, device: bool = True,
-               recorded_hardware: dict[str, Any] | None = None) -> Session:
+    def create(
+        cls,
+        config: HieraConfig,
+        pm: pluggy.PluginManager,
+        *,
+        device: bool = True,
+        recorded_hardware: dict[str, Any] | None = None,
+    ) -> Session:
         """`device=False`: the session only builds (`hiera eval --compile-only`) or plans (a run resumed on a machine
         without its device), so an architecture whose device is missing is accepted; its build stages say what else
         is missing. `recorded_hardware`: the hardware a resumed run recorded, which the prompts then describe."""
@@ -104,12 +110,25 @@ class Session:
         if run.space != "adaptive" and run.space not in {s.name for s in spaces}:
             raise UnknownName("space", run.space, ["adaptive", *(s.name for s in spaces)])
         _check_search(run, registries)
-        directions = {n: build("direction", n) for n in sorted(
-            registries["directions"].names(), key=lambda n: (getattr(registries["directions"].get(n), "order", 100), n))}
-        context = RunContext(run=run, workload=workload, task=task, arch=arch_name, kind=getattr(arch, "kind", arch_name),
-                             spaces=tuple(spaces), directions=directions, notices=tuple(notices),
-                             knowledge=direction_knowledge(pm, directions, kind),
-                             hardware=_hardware_text(arch, device, recorded_hardware), space_rules=_space_rules(arch, spaces))
+        directions = {
+            n: build("direction", n)
+            for n in sorted(
+                registries["directions"].names(), key=lambda n: (getattr(registries["directions"].get(n), "order", 100), n)
+            )
+        }
+        context = RunContext(
+            run=run,
+            workload=workload,
+            task=task,
+            arch=arch_name,
+            kind=getattr(arch, "kind", arch_name),
+            spaces=tuple(spaces),
+            directions=directions,
+            notices=tuple(notices),
+            knowledge=direction_knowledge(pm, directions, kind),
+            hardware=_hardware_text(arch, device, recorded_hardware),
+            space_rules=_space_rules(arch, spaces),
+        )
         session = cls(
             pm=pm,
             config=config,
@@ -187,8 +206,7 @@ def _structure_plugin_tables(config: HieraConfig, registries: dict[str, Registry
         for name in raw:
             if name not in registry.classes:
                 raise ConfigError(
-                    f"{prefix}[{table}.{name}]: no {table} named '{name}'"
-                    f" (known: {', '.join(registry.names()) or 'none'})"
+                    f"{prefix}[{table}.{name}]: no {table} named '{name}' (known: {', '.join(registry.names()) or 'none'})"
                 )
         out[table] = {}
         for name, plugin_cls in registry.classes.items():
@@ -210,8 +228,10 @@ def _with_defaults(run: RunConfig, defaults: dict[str, str], registries: dict[st
         if getattr(run, key):
             continue
         if key not in defaults:
-            raise ConfigError(f"no {key} given, and no installed plugin is the default one"
-                              f" (choose with --{key}: {', '.join(registries[kind].names()) or 'none installed'})")
+            raise ConfigError(
+                f"no {key} given, and no installed plugin is the default one"
+                f" (choose with --{key}: {', '.join(registries[kind].names()) or 'none installed'})"
+            )
         chosen[key] = defaults[key]
     return attrs.evolve(run, **chosen)
 
@@ -224,11 +244,15 @@ def _check_search(run: RunConfig, registries: dict[str, Registry]) -> None:
         raise ConfigError(f"--no-planning is an ablation of a search that plans; '{run.strategy}' plans its own way")
     answers = getattr(backend, "searches", None)
     if answers is not None and run.strategy not in answers:
-        raise ConfigError(f"the '{run.strategy}' search needs a backend that answers it: '{run.backend}' answers only"
-                          f" {', '.join(answers)} (use a model backend)")
+        raise ConfigError(
+            f"the '{run.strategy}' search needs a backend that answers it: '{run.backend}' answers only"
+            f" {', '.join(answers)} (use a model backend)"
+        )
     if search.plans and not registries["directions"].names():
-        raise ConfigError(f"the '{run.strategy}' search plans by direction, and no direction plugin is installed or enabled"
-                          " (see HIERA_DISABLE_PLUGINS)")
+        raise ConfigError(
+            f"the '{run.strategy}' search plans by direction, and no direction plugin is installed or enabled"
+            " (see HIERA_DISABLE_PLUGINS)"
+        )
 
 
 def _auto_arch(registry: Registry, configs: dict[str, Any]) -> tuple[str, str | None]:

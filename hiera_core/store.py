@@ -1,9 +1,9 @@
 """The run directory: manifest, append-only trajectory, candidate files, report and plots.
 
-    runs/<id>/manifest.json        RunManifest (config, versions, hardware, task)
-    runs/<id>/trajectory.jsonl     one Event per line, flushed and fsynced as written
-    runs/<id>/candidates/<id>/     the source, the evaluation record, build logs
-    runs/<id>/report.md, plots/    written at the end (and by `hiera report`)
+runs/<id>/manifest.json        RunManifest (config, versions, hardware, task)
+runs/<id>/trajectory.jsonl     one Event per line, flushed and fsynced as written
+runs/<id>/candidates/<id>/     the source, the evaluation record, build logs
+runs/<id>/report.md, plots/    written at the end (and by `hiera report`)
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ def new_run_id() -> str:
 class RunStore:
     """Reads and appends to one run directory."""
 
-    def __init__(self, path: Path, manifest: records.RunManifest, events: list[records.Event],
-                 times: list[float | None] | None = None):
+    def __init__(
+        self, path: Path, manifest: records.RunManifest, events: list[records.Event], times: list[float | None] | None = None
+    ):
         self.path = path.resolve()
         self.manifest = manifest
         self.events = events

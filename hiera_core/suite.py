@@ -123,9 +123,23 @@ def write_suite_report(run_dirs: list[Path], out: Path, budgets: tuple[int, ...]
     stores = [RunStore.open(path) for path in run_dirs]
     results = [task_result(store, budgets) for store in stores]
     out.mkdir(parents=True, exist_ok=True)
-    lines = ["# hiera suite report", "", *_setting(stores), "", *_table2(results, budgets), "",
-             *_table2_beyond_noise(results, budgets), "", *_intervals(results, max(budgets)), "",
-             *_paired(results, max(budgets)), "", *_costs(results), "", *_per_task(results, budgets)]
+    lines = [
+        "# hiera suite report",
+        "",
+        *_setting(stores),
+        "",
+        *_table2(results, budgets),
+        "",
+        *_table2_beyond_noise(results, budgets),
+        "",
+        *_intervals(results, max(budgets)),
+        "",
+        *_paired(results, max(budgets)),
+        "",
+        *_costs(results),
+        "",
+        *_per_task(results, budgets),
+    ]
     plot = _figure4(results, out, max(budgets))
     if plot is not None:
         lines += ["", f"![best speedup per space policy at B = {max(budgets)}]({plot.relative_to(out)})"]
@@ -148,12 +162,15 @@ def _setting(stores: list[RunStore]) -> list[str]:
     for config, arch in zip(configs, archs, strict=True):
         stage = config.get("evaluator", {}).get(f"{arch}-run", {})
         if stage:
-            timing.append(", ".join(f"{k}={v}" for k, v in sorted(stage.items()) if k != "device" and not k.endswith("timeout_s")))
+            timing.append(
+                ", ".join(f"{k}={v}" for k, v in sorted(stage.items()) if k != "device" and not k.endswith("timeout_s"))
+            )
     budgets = [f"{r.get('rounds')} rounds x {r.get('population')}" for r in runs]
     models = [c.get("backend", {}).get(r.get("backend", ""), {}).get("model") for c, r in zip(configs, runs, strict=True)]
     tolerance = [
         f"rtol {s.manifest.task.params['rtol']:g}, atol {s.manifest.task.params['atol']:g}"
-        if "rtol" in s.manifest.task.params else "the workload's own"
+        if "rtol" in s.manifest.task.params
+        else "the workload's own"
         for s in stores
     ]
     return [
@@ -246,8 +263,9 @@ def _beyond(result: TaskResult, budget: int, p: int) -> bool:
     return speedup is not None and speedup >= p * NOISE
 
 
-def bootstrap(values: Sequence, statistic: Callable[[list], float | None], *, resamples: int = RESAMPLES,
-              seed: int = 0) -> tuple[float, float] | None:
+def bootstrap(
+    values: Sequence, statistic: Callable[[list], float | None], *, resamples: int = RESAMPLES, seed: int = 0
+) -> tuple[float, float] | None:
     """The 95% percentile interval of `statistic` over `resamples` resamples of `values` with replacement (a
     resample where the statistic is undefined, such as a geomean of no valid task, is left out); None without
     values."""
@@ -255,8 +273,9 @@ def bootstrap(values: Sequence, statistic: Callable[[list], float | None], *, re
         return None
     draw = random.Random(seed)
     n = len(values)
-    stats = sorted(x for x in (statistic([values[draw.randrange(n)] for _ in range(n)]) for _ in range(resamples))
-                   if x is not None)
+    stats = sorted(
+        x for x in (statistic([values[draw.randrange(n)] for _ in range(n)]) for _ in range(resamples)) if x is not None
+    )
     if not stats:
         return None
     return stats[math.floor(0.025 * (len(stats) - 1))], stats[math.ceil(0.975 * (len(stats) - 1))]
@@ -291,12 +310,13 @@ def _intervals(results: list[TaskResult], top: int) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (group, planner, policy), members in _rows(results, finished_only=True):
-        shares = [
-            _with_interval([r.fast[top][i] for r in members], _share, "{:.0f}") for i in range(3)
-        ] + [_with_interval([_beyond(r, top, p) for r in members], _share, "{:.0f}") for p in (1, 2)]
+        shares = [_with_interval([r.fast[top][i] for r in members], _share, "{:.0f}") for i in range(3)] + [
+            _with_interval([_beyond(r, top, p) for r in members], _share, "{:.0f}") for p in (1, 2)
+        ]
         speedups = [
             _with_interval([getattr(r, field) for r in members], statistic, "{:.2f}×")
-            for field in ("final_speedup", "compiled_speedup") for statistic in (_geomean, _median)
+            for field in ("final_speedup", "compiled_speedup")
+            for statistic in (_geomean, _median)
         ]
         lines.append(f"| {group} | {planner} | {policy} | {len(members)} | {' | '.join(shares + speedups)} |")
     return lines
@@ -329,7 +349,7 @@ def _paired(results: list[TaskResult], top: int) -> list[str]:
     compared = 0
     for group, rows in sorted(by_group.items()):
         for i, (a_name, a) in enumerate(rows):
-            for b_name, b in rows[i + 1:]:
+            for b_name, b in rows[i + 1 :]:
                 shared = sorted(set(a) & set(b))
                 if not shared:
                     continue
@@ -363,8 +383,10 @@ def _costs(results: list[TaskResult]) -> list[str]:
     ]
     for (group, planner, policy), members in _rows(results):
         device = sum(r.device_s for r in members)
-        lines.append(f"| {group} | {planner} | {policy} | {len(members)} | {sum(r.answers for r in members)} |"
-                     f" {device:.0f} | {device / len(members):.0f} |")
+        lines.append(
+            f"| {group} | {planner} | {policy} | {len(members)} | {sum(r.answers for r in members)} |"
+            f" {device:.0f} | {device / len(members):.0f} |"
+        )
     return lines
 
 

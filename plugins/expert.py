@@ -56,7 +56,10 @@ class ExpertBackend:
             written = self.generate_candidates(request.context)
             return AgentAnswer(
                 text=json.dumps({"candidates": [{"source": template.render(params)} for template, params, _ in written]}),
-                labels=[SourceLabel(origin=template.describe(params), params=params, parent_id=parent) for template, params, parent in written],
+                labels=[
+                    SourceLabel(origin=template.describe(params), params=params, parent_id=parent)
+                    for template, params, parent in written
+                ],
             )
         handler = {"ssda": self.select_space, "spa": self.plan_strategy}[request.role]
         return AgentAnswer(text=json.dumps(handler(request.context)))
@@ -88,8 +91,14 @@ class ExpertBackend:
         rank = {s.name: s.rank for s in self.context.spaces}
         keeps_parent = [s for s in ctx["allowed_spaces"] if rank[s] >= self._parent_rank(ctx, rank)] or ctx["allowed_spaces"]
         known = self.context.knowledge[top]
-        space = next((s for s in keeps_parent if known.strategies_for(rank[s])
-                      and next(self._moves(ctx, top, s, pairs=False), None) is not None), widest)
+        space = next(
+            (
+                s
+                for s in keeps_parent
+                if known.strategies_for(rank[s]) and next(self._moves(ctx, top, s, pairs=False), None) is not None
+            ),
+            widest,
+        )
         rationale = "; ".join(reasons) + (
             f". Space {space}: the most controlled allowed space that keeps what the best candidate uses and offers a {top} move."
         )
@@ -120,10 +129,15 @@ class ExpertBackend:
             for knob in template.knobs.values()
             if knob.direction in self._knob_directions(decision.direction) and rank[knob.space] <= rank[decision.space]
         ]
-        home = next((s.name for s in self.context.spaces if s.rank == min(knob_ranks)), decision.space) if knob_ranks else decision.space
+        home = (
+            next((s.name for s in self.context.spaces if s.rank == min(knob_ranks)), decision.space)
+            if knob_ranks
+            else decision.space
+        )
         known = self.context.knowledge[decision.direction]
-        strategy = (known.strategies_for(self.context.space(home).rank)
-                    or known.strategies_for(self.context.space(decision.space).rank))[0]
+        strategy = (
+            known.strategies_for(self.context.space(home).rank) or known.strategies_for(self.context.space(decision.space).rank)
+        )[0]
         return {"name": strategy.name, "steps": list(strategy.steps), "constraints": list(strategy.constraints)}
 
     def generate_candidates(self, ctx: Mapping[str, Any]) -> list[tuple[Template, dict[str, Any], str | None]]:

@@ -93,8 +93,14 @@ class _Cluster:
             try:
                 ray.init(address=config.address, **quiet)
             except Exception as exc:
-                hint = (" (a cluster with token authentication, Ray's default, also needs RAY_AUTH_MODE=token and its"
-                        " token where hiera runs: docs/distributed.md)") if isinstance(exc, ConnectionError) else ""
+                hint = (
+                    (
+                        " (a cluster with token authentication, Ray's default, also needs RAY_AUTH_MODE=token and its"
+                        " token where hiera runs: docs/distributed.md)"
+                    )
+                    if isinstance(exc, ConnectionError)
+                    else ""
+                )
                 raise ExecutorError(f"the Ray cluster at '{config.address}' cannot be used: {one_line(exc)}{hint}") from exc
             return
         self.temp_dir = tempfile.mkdtemp(prefix="hiera-ray-")  # its own folder: never taken for another cluster's
@@ -217,8 +223,13 @@ class RayExecutor:
                         attempt.started += 1
                         submit(attempt)
                         continue
-                    yield attempt.job, Evaluated(evaluation=Crashed(
-                        reason=f"its Ray worker died {attempt.started} time(s): {reason}"), attempts=attempt.started)
+                    yield (
+                        attempt.job,
+                        Evaluated(
+                            evaluation=Crashed(reason=f"its Ray worker died {attempt.started} time(s): {reason}"),
+                            attempts=attempt.started,
+                        ),
+                    )
                     continue
                 if isinstance(answer, DevicePending):
                     log.info("ray_device_stages", candidate=attempt.job.candidate.id, accelerator=accelerator)
@@ -237,8 +248,12 @@ def _merged(answer: Evaluated, attempt: _Attempt) -> Evaluated:
     """The device phase's answer with the build phase's own stage times (the device phase found its build cached)."""
     if attempt.pending is None:
         return attrs.evolve(answer, attempts=attempt.started)
-    return attrs.evolve(answer, stage_s={**answer.stage_s, **attempt.pending.stage_s},
-                        wall_s=answer.wall_s + attempt.pending.wall_s, attempts=attempt.started)
+    return attrs.evolve(
+        answer,
+        stage_s={**answer.stage_s, **attempt.pending.stage_s},
+        wall_s=answer.wall_s + attempt.pending.wall_s,
+        attempts=attempt.started,
+    )
 
 
 def _cause(exc: Exception) -> str:

@@ -36,15 +36,22 @@ class HieraSearch:
                 + ("\nConstraints:\n" + "\n".join(f"- {c}" for c in strategy.constraints) if strategy.constraints else "")
             )
         repair = repair_target(agents, ctx, plan, k)
-        briefs = [Brief(subject=ctx.parent, feedback=feedback, instruction=instruction, count=n)
-                  for n in agents.split(k - 1 if repair else k)]
+        briefs = [
+            Brief(subject=ctx.parent, feedback=feedback, instruction=instruction, count=n)
+            for n in agents.split(k - 1 if repair else k)
+        ]
         if repair:
             failed, failure = repair
-            briefs.append(Brief(
-                subject=failed, feedback=execution_feedback(failure, failed.source, ctx.contract.source_filename),
-                instruction=f"{REPAIR_INSTRUCTION}\n\nIt implements the strategy that this round continues:\n{instruction}",
-                count=1, show_failures=False, repair=True,
-            ))
+            briefs.append(
+                Brief(
+                    subject=failed,
+                    feedback=execution_feedback(failure, failed.source, ctx.contract.source_filename),
+                    instruction=f"{REPAIR_INSTRUCTION}\n\nIt implements the strategy that this round continues:\n{instruction}",
+                    count=1,
+                    show_failures=False,
+                    repair=True,
+                )
+            )
         sources, notes = agents.generate_candidates(ctx, briefs, space=space, strategy=strategy)
         return Generation(sources=sources, space=space, direction=direction, strategy=name, notes=notes)
 
@@ -91,7 +98,9 @@ class CaesarSearch:
         briefs = [
             Brief(
                 subject=tip,
-                feedback=execution_feedback(evaluated[tip.id], tip.source, ctx.contract.source_filename) if tip else "not run yet",
+                feedback=execution_feedback(evaluated[tip.id], tip.source, ctx.contract.source_filename)
+                if tip
+                else "not run yet",
                 instruction=instruction,
                 count=1,
                 show_failures=False,

@@ -32,8 +32,7 @@ class CudaLibraries:
     rank: ClassVar[int] = 1
     config_class: ClassVar[type | None] = None
     description: ClassVar[str] = (
-        "Custom kernels plus vendor libraries: cuBLAS, cuDNN, cuFFT, CUTLASS."
-        " No PyTorch operators beyond allocating tensors."
+        "Custom kernels plus vendor libraries: cuBLAS, cuDNN, cuFFT, CUTLASS. No PyTorch operators beyond allocating tensors."
     )
 
     def __init__(self, config: None) -> None:
@@ -44,9 +43,7 @@ class LibrariesPytorch:
     name: ClassVar[str] = "libraries_pytorch"
     rank: ClassVar[int] = 2
     config_class: ClassVar[type | None] = None
-    description: ClassVar[str] = (
-        "Anything of the other spaces plus PyTorch/ATen operators called from the source."
-    )
+    description: ClassVar[str] = "Anything of the other spaces plus PyTorch/ATen operators called from the source."
 
     def __init__(self, config: None) -> None:
         pass

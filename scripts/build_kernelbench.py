@@ -72,9 +72,24 @@ def main() -> int:
                 Path(args.write).mkdir(parents=True, exist_ok=True)
                 (Path(args.write) / f"{args.level}--{task.name}--{kind.replace(' ', '-')}.cu").write_text(source)
             candidate = Candidate(id=f"{task.name}-{kind}", source=source, space="libraries_pytorch", round=0)
-            jobs.append((task.name, kind, len(re.findall(r"__global__ void pointwise_kernel_", source)), EvalJob(
-                candidate=candidate, task=task, contract=contract, arch="cuda", space_rank=2,
-                workdir=scratch / candidate.id, workload_factory="", workload_config={}, toolchain=toolchain)))
+            jobs.append(
+                (
+                    task.name,
+                    kind,
+                    len(re.findall(r"__global__ void pointwise_kernel_", source)),
+                    EvalJob(
+                        candidate=candidate,
+                        task=task,
+                        contract=contract,
+                        arch="cuda",
+                        space_rank=2,
+                        workdir=scratch / candidate.id,
+                        workload_factory="",
+                        workload_config={},
+                        toolchain=toolchain,
+                    ),
+                )
+            )
 
     def build(item):
         name, kind, chains, job = item

@@ -44,8 +44,12 @@ def check(w: KernelBench, task, build_dir: Path) -> str:
         return f"skipped: too large for a CPU check ({max(largest, analysis.largest_numel)} elements in one tensor)"
     binding = w.contract(task, "cuda").files["cpp_source.cpp"]
     started = time.perf_counter()
-    extension = load_inline(f"seed_{task.params['level']}_{task.params['id']}", cpp_sources=[source + binding],
-                            build_directory=str(build_dir), extra_cflags=["-O1"])
+    extension = load_inline(
+        f"seed_{task.params['level']}_{task.params['id']}",
+        cpp_sources=[source + binding],
+        build_directory=str(build_dir),
+        extra_cflags=["-O1"],
+    )
     built = time.perf_counter() - started
     model = build_model(module, "cpu")
     torch.manual_seed(1)
@@ -60,8 +64,9 @@ def check(w: KernelBench, task, build_dir: Path) -> str:
             reference = eager = model(*values)
         else:
             got = extension.forward(*tensors, *state)
-            reference = model.double()(*[v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                                         for v in values]).double()
+            reference = model.double()(
+                *[v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
+            ).double()
             eager = model.float()(*values)
     if tuple(got.shape) != tuple(reference.shape):
         return f"WRONG: output shape {tuple(got.shape)}, expected {tuple(reference.shape)}"
@@ -70,7 +75,9 @@ def check(w: KernelBench, task, build_dir: Path) -> str:
     allowed = PYTORCH_ERROR_FACTOR * max_error(eager, reference, rtol, atol)[0]  # the harness's rule, as on the GPU
     if first_bad == "non-finite" or (first_bad is not None and error > allowed):
         return f"WRONG: max abs error {error:.3g} (eager PyTorch FP32's allows {allowed:.3g}), built in {built:.0f} s"
-    within = f" (beyond the tolerance, within {PYTORCH_ERROR_FACTOR:g}x eager PyTorch FP32's own)" if first_bad is not None else ""
+    within = (
+        f" (beyond the tolerance, within {PYTORCH_ERROR_FACTOR:g}x eager PyTorch FP32's own)" if first_bad is not None else ""
+    )
     return f"correct{within}: max abs error {error:.3g}, built in {built:.0f} s"
 
 

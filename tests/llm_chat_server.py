@@ -30,7 +30,12 @@ class Call:
     @property
     def role(self) -> str:
         first = self.prompt.splitlines()[0]
-        for marker, role in (("Search-Space Decision", "ssda"), ("Strategy Planning", "spa"), ("Optimization Agent", "oa"), ("judge", "judge")):
+        for marker, role in (
+            ("Search-Space Decision", "ssda"),
+            ("Strategy Planning", "spa"),
+            ("Optimization Agent", "oa"),
+            ("judge", "judge"),
+        ):
             if marker in first:
                 return role
         raise AssertionError(f"unknown role: {first}")
@@ -86,23 +91,41 @@ class ChatServer:
                 prompt = body["messages"][-1]["content"]
                 with server._lock:
                     seen = sum(1 for c in server.calls if c.prompt == prompt)
-                    call = Call(prompt=prompt, model=body["model"], temperature=body.get("temperature"),
-                                max_tokens=body.get("max_tokens"), seen=seen)
+                    call = Call(
+                        prompt=prompt,
+                        model=body["model"],
+                        temperature=body.get("temperature"),
+                        max_tokens=body.get("max_tokens"),
+                        seen=seen,
+                    )
                     server.calls.append(call)
                 reply = server.respond(call)
                 time.sleep(reply.delay_s)
                 if reply.status != 200:
-                    return self._send(reply.status, {"error": {"message": reply.content or "error", "type": "server_error"}}, reply.headers)
-                self._send(200, {
-                    "id": f"chatcmpl-{len(server.calls)}",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": server.model,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.content},
-                                 "finish_reason": reply.finish_reason}],
-                    "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(reply.content) // 4,
-                              "total_tokens": len(prompt) // 4 + len(reply.content) // 4},
-                })
+                    return self._send(
+                        reply.status, {"error": {"message": reply.content or "error", "type": "server_error"}}, reply.headers
+                    )
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{len(server.calls)}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": server.model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": reply.content},
+                                "finish_reason": reply.finish_reason,
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": len(prompt) // 4,
+                            "completion_tokens": len(reply.content) // 4,
+                            "total_tokens": len(prompt) // 4 + len(reply.content) // 4,
+                        },
+                    },
+                )
 
             def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(payload).encode()

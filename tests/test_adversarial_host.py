@@ -36,7 +36,9 @@ static void step(int n, int r, const double *w, const double *in, double *out) {
         }
 }
 """
-SIGNATURE = "int hiera_stencil2d(int n, int radius, int steps, const double *weights, const double *in, double *out, double *scratch)"
+SIGNATURE = (
+    "int hiera_stencil2d(int n, int radius, int steps, const double *weights, const double *in, double *out, double *scratch)"
+)
 HONEST_BODY = "step(n, radius, weights, in, out); return 0;"
 
 
@@ -53,42 +55,77 @@ static void forge(const char *line) {  /* every descriptor the runner might answ
 # name: (source, outcomes it may end in, words the reason must hold)
 ATTACKS = {
     # forged answers: the verdict line hiera once read from the candidate's process, plausible and not
-    "forged-verdict-plausible": (candidate(
-        r'forge("{\"kind\": \"judged\", \"latency_ms\": 1.5, \"latency_p10_ms\": 1.5, \"latency_p90_ms\": 1.5, \"repeats\": 9,'
-        r' \"reference_latency_ms\": 60.0, \"max_abs_error\": 0.0}\n"); _exit(0);', FORGE), ("crashed",), "protocol"),
-    "forged-verdict-implausible": (candidate(
-        r'forge("{\"kind\": \"measured\", \"latency_ms\": 0.0001}\n"); _exit(0);', FORGE), ("crashed",), "protocol"),
+    "forged-verdict-plausible": (
+        candidate(
+            r'forge("{\"kind\": \"judged\", \"latency_ms\": 1.5, \"latency_p10_ms\": 1.5, \"latency_p90_ms\": 1.5, \"repeats\": 9,'
+            r' \"reference_latency_ms\": 60.0, \"max_abs_error\": 0.0}\n"); _exit(0);',
+            FORGE,
+        ),
+        ("crashed",),
+        "protocol",
+    ),
+    "forged-verdict-implausible": (
+        candidate(r'forge("{\"kind\": \"measured\", \"latency_ms\": 0.0001}\n"); _exit(0);', FORGE),
+        ("crashed",),
+        "protocol",
+    ),
     # a forged reply of the runner's own kind, after computing honestly: the judge's clock contradicts it
-    "forged-fast-reply": (candidate(
-        HONEST_BODY.replace("return 0;", r'forge("{\"kind\": \"call_done\", \"in_process_ms\": 0.0001}\n"); return 0;'), FORGE),
-        ("rejected", "incorrect", "crashed"), ""),
+    "forged-fast-reply": (
+        candidate(
+            HONEST_BODY.replace("return 0;", r'forge("{\"kind\": \"call_done\", \"in_process_ms\": 0.0001}\n"); return 0;'), FORGE
+        ),
+        ("rejected", "incorrect", "crashed"),
+        "",
+    ),
     # result caches: by address (the judge's buffer is the same one every call), copying the cached output
-    "cache-by-address": (candidate(
-        r"""static const double *seen; static double *saved; static int cached_n;
+    "cache-by-address": (
+        candidate(
+            r"""static const double *seen; static double *saved; static int cached_n;
         if (in == seen && n == cached_n) { memcpy(out, saved, sizeof(double) * n * n); return 0; }
         step(n, radius, weights, in, out);
         free(saved); saved = malloc(sizeof(double) * n * n); memcpy(saved, out, sizeof(double) * n * n);
-        seen = in; cached_n = n; return 0;"""), ("incorrect",), "max abs error"),
+        seen = in; cached_n = n; return 0;"""
+        ),
+        ("incorrect",),
+        "max abs error",
+    ),
     # work skipped once the same buffers come back
-    "skips-repeated-buffers": (candidate(
-        r"""static const double *last_in; static double *last_out;
+    "skips-repeated-buffers": (
+        candidate(
+            r"""static const double *last_in; static double *last_out;
         if (in == last_in && out == last_out) return 0;
-        last_in = in; last_out = out; step(n, radius, weights, in, out); return 0;"""), ("incorrect",), "non-finite"),
+        last_in = in; last_out = out; step(n, radius, weights, in, out); return 0;"""
+        ),
+        ("incorrect",),
+        "non-finite",
+    ),
     # work skipped after the first calls
-    "skips-after-twenty-calls": (candidate(
-        r"""static int calls; if (++calls > 20) return 0; step(n, radius, weights, in, out); return 0;"""),
-        ("incorrect",), "non-finite"),
+    "skips-after-twenty-calls": (
+        candidate(r"""static int calls; if (++calls > 20) return 0; step(n, radius, weights, in, out); return 0;"""),
+        ("incorrect",),
+        "non-finite",
+    ),
     # an ignored input: the task's own weights baked in
-    "ignores-weights": (candidate(
-        r"""double w[9]; for (int i = 0; i < 9; i++) w[i] = 1.0 / 9.0; (void)weights;
-        step(n, radius, w, in, out); return 0;"""), ("incorrect",), "max abs error"),
+    "ignores-weights": (
+        candidate(
+            r"""double w[9]; for (int i = 0; i < 9; i++) w[i] = 1.0 / 9.0; (void)weights;
+        step(n, radius, w, in, out); return 0;"""
+        ),
+        ("incorrect",),
+        "max abs error",
+    ),
     # an input written
-    "writes-input": (candidate(r"""step(n, radius, weights, in, out); ((double *)in)[0] += 1.0; return 0;"""),
-                     ("incorrect",), "was modified"),
+    "writes-input": (
+        candidate(r"""step(n, radius, weights, in, out); ((double *)in)[0] += 1.0; return 0;"""),
+        ("incorrect",),
+        "was modified",
+    ),
     "hangs": (candidate(r"""for (volatile int i = 0; ; i++) {} return 0;"""), ("timed_out",), ""),
-    "exhausts-memory": (candidate(
-        r"""for (;;) { char *p = malloc(1 << 26); if (!p) abort(); memset(p, 1, 1 << 26); } return 0;"""),
-        ("crashed",), ""),
+    "exhausts-memory": (
+        candidate(r"""for (;;) { char *p = malloc(1 << 26); if (!p) abort(); memset(p, 1, 1 << 26); } return 0;"""),
+        ("crashed",),
+        "",
+    ),
     "fork-bomb": (candidate(r"""for (;;) fork(); return 0;"""), ("crashed", "timed_out"), ""),
 }
 
@@ -97,11 +134,20 @@ ATTACKS = {
 def session(tmp_path_factory):
     os.environ["OPENAI_API_KEY"] = SECRET  # what a candidate must never see
     root = tmp_path_factory.mktemp("adversarial")
-    config = load_config(root, environ={}, cli={"arch": "host"}, overrides=[
-        "workload.stencil2d.host_n=64", "workload.stencil2d.radius=1", "evaluator.host-run.timeout_s=40",
-        "evaluator.host-run.call_timeout_s=10", "evaluator.host-run.memory_gib=0.5", "evaluator.host-run.min_time_s=0.05",
-        "evaluator.host-run.max_repeats=300",
-    ])
+    config = load_config(
+        root,
+        environ={},
+        cli={"arch": "host"},
+        overrides=[
+            "workload.stencil2d.host_n=64",
+            "workload.stencil2d.radius=1",
+            "evaluator.host-run.timeout_s=40",
+            "evaluator.host-run.call_timeout_s=10",
+            "evaluator.host-run.memory_gib=0.5",
+            "evaluator.host-run.min_time_s=0.05",
+            "evaluator.host-run.max_repeats=300",
+        ],
+    )
     yield Session.create(config, make_plugin_manager()), root
     os.environ.pop("OPENAI_API_KEY", None)
 
@@ -205,14 +251,16 @@ def _cmdline(proc: Path) -> bytes:
 
 def test_a_result_faster_than_physics_is_rejected_never_ranked():
     roofline = records.Roofline(bytes_moved=8e8, flops=1e9, peak_gbps=4000, peak_gflops=30000)
-    fast = records.Measured(latency_ms=0.05, latency_p10_ms=0.05, latency_p90_ms=0.05, repeats=9,
-                            reference_latency_ms=4.0, max_abs_error=0.0)
+    fast = records.Measured(
+        latency_ms=0.05, latency_p10_ms=0.05, latency_p90_ms=0.05, repeats=9, reference_latency_ms=4.0, max_abs_error=0.0
+    )
     run = load_config(Path("."), environ={}, cli={}).run
     verdict = implausible(fast, roofline, run)
     assert isinstance(verdict, records.Rejected) and "roofline floor" in verdict.reason
     assert implausible(fast, None, run) is None
-    greedy = records.Measured(latency_ms=0.001, latency_p10_ms=0.001, latency_p90_ms=0.001, repeats=9,
-                              reference_latency_ms=4.0, max_abs_error=0.0)
+    greedy = records.Measured(
+        latency_ms=0.001, latency_p10_ms=0.001, latency_p90_ms=0.001, repeats=9, reference_latency_ms=4.0, max_abs_error=0.0
+    )
     assert "plausibility bound" in implausible(greedy, None, run).reason
 
 
@@ -238,8 +286,12 @@ def test_a_timer_that_under_reports_changes_nothing_but_is_rejected(claimed_ms):
 
 def test_an_honest_series_timed_under_a_passing_load_is_timed_again_and_accepted():
     """A load that starts beside an honest runner makes one series disagree; the next, on a quiet machine, agrees."""
-    series = iter([[TimedBatch(calls=11, wall_ms=0.40 + 11 * 0.90, in_process_ms=[0.56] * 11)] * 3,
-                   [TimedBatch(calls=11, wall_ms=0.40 + 11 * 0.56, in_process_ms=[0.56] * 11)] * 3])
+    series = iter(
+        [
+            [TimedBatch(calls=11, wall_ms=0.40 + 11 * 0.90, in_process_ms=[0.56] * 11)] * 3,
+            [TimedBatch(calls=11, wall_ms=0.40 + 11 * 0.56, in_process_ms=[0.56] * 11)] * 3,
+        ]
+    )
     _batches, verdict = timed_series(lambda: next(series), NULL, attempts=3, tolerance_fraction=0.03, tolerance_ms=0.003)
     assert verdict.consistent and "series 2" in verdict.reason and abs(verdict.latency_ms - 0.56) < 1e-9
 
@@ -262,10 +314,28 @@ def test_nothing_of_a_candidate_outlives_a_killed_hiera(tmp_path):
     source.write_text(candidate(r"""for (volatile long i = 0; ; i++) {} return 0;"""))
     hiera = Path(sys.executable).parent / "hiera"
     process = subprocess.Popen(
-        [str(hiera), "eval", str(source), "--workload", "stencil2d", "--arch", "host", "--space", "pure_cuda",
-         "--set", "workload.stencil2d.host_n=64", "--set", "evaluator.host-run.timeout_s=300",
-         "--set", "evaluator.host-run.call_timeout_s=300", "--out", str(tmp_path / "eval")],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            str(hiera),
+            "eval",
+            str(source),
+            "--workload",
+            "stencil2d",
+            "--arch",
+            "host",
+            "--space",
+            "pure_cuda",
+            "--set",
+            "workload.stencil2d.host_n=64",
+            "--set",
+            "evaluator.host-run.timeout_s=300",
+            "--set",
+            "evaluator.host-run.call_timeout_s=300",
+            "--out",
+            str(tmp_path / "eval"),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 60
     while not any("host.runner" in p for p in _processes_in(tmp_path / "eval")) and time.monotonic() < deadline:
@@ -301,25 +371,31 @@ void PASTE(PyGILState_, Release)(int);
 static int patched;
 static void in_python(const char *code) { int gil = PASTE(PyGILState_, Ensure)(); PASTE(PyRun_, SimpleString)(code); PASTE(PyGILState_, Release)(gil); }
 """
-SCALED_TIMER = candidate(r"""
+SCALED_TIMER = candidate(
+    r"""
     if (!patched) { patched = 1; in_python("import time\n_real = time.perf_counter\ntime.perf_counter = lambda: _real() * 0.5\n"); }
-    step(n, radius, weights, in, out); return 0;""", PYTHON_FROM_C)
+    step(n, radius, weights, in, out); return 0;""",
+    PYTHON_FROM_C,
+)
 
-CLONE_WORKER = "#define _GNU_SOURCE\n" + candidate(r"""
+CLONE_WORKER = "#define _GNU_SOURCE\n" + candidate(
+    r"""
     if (!patched) {
         patched = 1;
         for (int i = 0; i < 2000; i++) if (fork() == 0) _exit(0);  /* zombies: never reaped */
         clone(worker, stack + sizeof stack, CLONE_VM | SIGCHLD, NULL);
     }
     w_in = in; w_w = weights; w_out = out; w_n = n; w_r = radius; pending = 1;
-    return 0;  /* the output is the worker's, computed after the call "returned" */""", r"""
+    return 0;  /* the output is the worker's, computed after the call "returned" */""",
+    r"""
 #include <sched.h>
 #include <signal.h>
 static int patched;
 static char stack[1 << 16];
 static volatile int pending; static const double *w_in, *w_w; static double *w_out; static int w_n, w_r;
 static int worker(void *unused) { for (;;) if (pending) { step(w_n, w_r, w_w, w_in, w_out); pending = 0; } return 0; }
-""")
+""",
+)
 
 THREADED = candidate(r"""
     int k = 2 * radius + 1;
@@ -341,11 +417,20 @@ THREADED = candidate(r"""
 def larger(tmp_path_factory):
     """A 256² grid (~1.5 ms a call on one core of the CI machine): large enough that a lie of 10% shows."""
     root = tmp_path_factory.mktemp("adversarial-larger")
-    config = load_config(root, environ={}, cli={"arch": "host"}, overrides=[
-        "workload.stencil2d.host_n=256", "workload.stencil2d.radius=1", "evaluator.host-run.timeout_s=90",
-        "evaluator.host-run.call_timeout_s=10", "evaluator.host-run.memory_gib=0.5", "evaluator.host-run.min_time_s=0.5",
-        "evaluator.host-run.max_repeats=200",
-    ])
+    config = load_config(
+        root,
+        environ={},
+        cli={"arch": "host"},
+        overrides=[
+            "workload.stencil2d.host_n=256",
+            "workload.stencil2d.radius=1",
+            "evaluator.host-run.timeout_s=90",
+            "evaluator.host-run.call_timeout_s=10",
+            "evaluator.host-run.memory_gib=0.5",
+            "evaluator.host-run.min_time_s=0.5",
+            "evaluator.host-run.max_repeats=200",
+        ],
+    )
     session = Session.create(config, make_plugin_manager())
     control, _ = evaluate((session, root), candidate(HONEST_BODY), "control")
     assert isinstance(control, records.Measured), control

@@ -23,8 +23,14 @@ def test_plugins_lists_every_builtin_with_its_distribution_and_entry_point(hiera
     [
         (["--workload", "nope"], "unknown workload 'nope' (choose from: kernelbench, stencil2d)"),
         (["--workload", "stencil2d", "--arch", "tpu"], "unknown architecture 'tpu' (choose from: cuda, host)"),
-        (["--workload", "stencil2d", "--space", "anywhere"], "unknown space 'anywhere' (choose from: adaptive, cuda_libraries, libraries_pytorch, pure_cuda)"),
-        (["--workload", "stencil2d", "--backend", "gpt"], "unknown backend 'gpt' (choose from: exchange, expert, openai, replay)"),
+        (
+            ["--workload", "stencil2d", "--space", "anywhere"],
+            "unknown space 'anywhere' (choose from: adaptive, cuda_libraries, libraries_pytorch, pure_cuda)",
+        ),
+        (
+            ["--workload", "stencil2d", "--backend", "gpt"],
+            "unknown backend 'gpt' (choose from: exchange, expert, openai, replay)",
+        ),
     ],
 )
 def test_an_unknown_name_gets_one_line_with_the_choices_and_exit_code_2(hiera, args, message):
@@ -39,8 +45,17 @@ def test_a_workload_without_a_contract_for_the_architecture_is_one_line_and_writ
     from test_kernelbench import one_task_checkout
 
     one_task_checkout(tmp_path / "kb", 1, "1_Relu", init="pass", forward="return torch.relu(x)", inputs="torch.rand(8, 8)")
-    done = hiera("run", "--workload", "kernelbench", "--arch", "host", "--set", f"workload.kernelbench.root={tmp_path / 'kb'}",
-                 "--run-dir", "r")
+    done = hiera(
+        "run",
+        "--workload",
+        "kernelbench",
+        "--arch",
+        "host",
+        "--set",
+        f"workload.kernelbench.root={tmp_path / 'kb'}",
+        "--run-dir",
+        "r",
+    )
     assert done.returncode == 2
     assert done.stderr.splitlines() == ["hiera: error: kernelbench has a contract for cuda only, not host"]
     assert not (tmp_path / "r").exists()
@@ -49,7 +64,9 @@ def test_a_workload_without_a_contract_for_the_architecture_is_one_line_and_writ
 def test_a_plugin_that_fails_to_import_stops_hiera_with_one_line_naming_it(hiera, tmp_path):
     from test_core import BROKEN_PLUGIN
 
-    site = write_distribution(tmp_path / "site", "hiera-broken", "0.2.0", {"broken": "hiera_broken"}, {"hiera_broken": BROKEN_PLUGIN})
+    site = write_distribution(
+        tmp_path / "site", "hiera-broken", "0.2.0", {"broken": "hiera_broken"}, {"hiera_broken": BROKEN_PLUGIN}
+    )
     for args in (["plugins"], ["--workload", "stencil2d"]):
         done = hiera(*args, env={"PYTHONPATH": str(site)})
         assert done.returncode == 2
@@ -60,8 +77,22 @@ def test_a_plugin_that_fails_to_import_stops_hiera_with_one_line_naming_it(hiera
 
 
 def test_a_direction_whose_score_raises_stops_the_run_with_one_line_naming_it(hiera, tmp_path):
-    done = hiera("--plugin", "broken_direction", "--workload", "stencil2d", "--arch", "host", "--rounds", "2", "--population", "2",
-                 "--set", "workload.stencil2d.host_n=32", "--run-dir", "r")
+    done = hiera(
+        "--plugin",
+        "broken_direction",
+        "--workload",
+        "stencil2d",
+        "--arch",
+        "host",
+        "--rounds",
+        "2",
+        "--population",
+        "2",
+        "--set",
+        "workload.stencil2d.host_n=32",
+        "--run-dir",
+        "r",
+    )
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
         "hiera: error: backend 'expert' failed on round 1's ssda request: KeyError: 'vector_fraction'"
@@ -118,8 +149,9 @@ def test_without_a_gpu_the_default_architecture_is_host_and_says_so(hiera, tmp_p
 def test_a_run_directory_in_use_is_refused_with_one_line_and_exit_code_2(hiera, tmp_path):
     from hiera_core.store import RunStore
 
-    done = hiera("--workload", "stencil2d", "--arch", "host", "--rounds", "0", "--set", "workload.stencil2d.host_n=32",
-                 "--run-dir", "r")
+    done = hiera(
+        "--workload", "stencil2d", "--arch", "host", "--rounds", "0", "--set", "workload.stencil2d.host_n=32", "--run-dir", "r"
+    )
     assert done.returncode == 0, done.stderr
     holder = RunStore.open(tmp_path / "r")
     holder.lock()  # as a running `hiera run` holds it
@@ -128,8 +160,10 @@ def test_a_run_directory_in_use_is_refused_with_one_line_and_exit_code_2(hiera, 
     finally:
         holder.unlock()
     assert again.returncode == 2
-    assert again.stderr.strip().splitlines() == [f"hiera: error: {tmp_path / 'r'} is in use by hiera process {__import__('os').getpid()};"
-                                                 " wait for it to finish (or stop it) first"]
+    assert again.stderr.strip().splitlines() == [
+        f"hiera: error: {tmp_path / 'r'} is in use by hiera process {__import__('os').getpid()};"
+        " wait for it to finish (or stop it) first"
+    ]
     assert hiera("resume", "r").returncode == 0  # free again: it resumes (and redoes nothing)
 
 
@@ -137,8 +171,9 @@ def test_a_run_directory_in_use_is_refused_with_one_line_and_exit_code_2(hiera, 
 def test_a_run_resumes_without_a_plugin_it_does_not_use_and_names_one_it_uses_in_one_line(hiera, tmp_path):
     import json
 
-    done = hiera("--workload", "stencil2d", "--arch", "host", "--rounds", "0", "--set", "workload.stencil2d.host_n=32",
-                 "--run-dir", "r")
+    done = hiera(
+        "--workload", "stencil2d", "--arch", "host", "--rounds", "0", "--set", "workload.stencil2d.host_n=32", "--run-dir", "r"
+    )
     assert done.returncode == 0, done.stderr
     assert "cuda-profile" in json.loads((tmp_path / "r" / "manifest.json").read_text())["config"]["evaluator"]  # ncu's table
     resumed = hiera("resume", "r", env={"HIERA_DISABLE_PLUGINS": "ncu"})
@@ -146,16 +181,19 @@ def test_a_run_resumes_without_a_plugin_it_does_not_use_and_names_one_it_uses_in
     assert resumed.stdout.startswith("resuming ")
     gone = hiera("resume", "r", env={"HIERA_DISABLE_PLUGINS": "stencil2d"})
     assert gone.returncode == 2
-    assert gone.stderr.splitlines() == [f"hiera: error: {tmp_path / 'r'}: the run used workload 'stencil2d', which no installed"
-                                        " plugin provides now (installed: kernelbench)"]
+    assert gone.stderr.splitlines() == [
+        f"hiera: error: {tmp_path / 'r'}: the run used workload 'stencil2d', which no installed"
+        " plugin provides now (installed: kernelbench)"
+    ]
 
 
 @pytest.mark.slow
 def test_the_run_manifest_records_the_sandbox_in_force(hiera, tmp_path):
     import json
 
-    done = hiera("--workload", "stencil2d", "--arch", "host", "--rounds", "0", "--set", "workload.stencil2d.host_n=32",
-                 "--run-dir", "r")
+    done = hiera(
+        "--workload", "stencil2d", "--arch", "host", "--rounds", "0", "--set", "workload.stencil2d.host_n=32", "--run-dir", "r"
+    )
     assert done.returncode == 0, done.stderr
     protection = json.loads((tmp_path / "r" / "manifest.json").read_text())["protection"]
     assert set(protection) >= {"pid_namespace", "read_only_root", "dropped_capabilities", "cgroup", "missing"}

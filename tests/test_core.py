@@ -41,7 +41,9 @@ def test_every_record_round_trips_through_json():
         records.Incorrect(reason="r", max_abs_error=0.5),
         records.Crashed(reason="SIGSEGV"),
         records.TimedOut(limit_s=5),
-        records.Measured(latency_ms=1, latency_p10_ms=1, latency_p90_ms=2, repeats=5, reference_latency_ms=3, max_abs_error=0, profile=profile),
+        records.Measured(
+            latency_ms=1, latency_p10_ms=1, latency_p90_ms=2, repeats=5, reference_latency_ms=3, max_abs_error=0, profile=profile
+        ),
     ]
     for evaluation in evaluations:
         event = records.CandidateEvaluated(candidate=candidate, evaluation=evaluation, wall_s=0.1)
@@ -49,7 +51,9 @@ def test_every_record_round_trips_through_json():
         assert serialization.event_from_line(line) == event
         assert f'"schema_version": {records.SCHEMA_VERSION}' in line
     decision = records.SpaceDecision(space="pure_cuda", scores={"C": 0.1, "M": 0.9})
-    plan = records.Plan(round=1, decision=decision, strategy=records.Strategy(space="pure_cuda", direction="M", name="s"), parent_id=None)
+    plan = records.Plan(
+        round=1, decision=decision, strategy=records.Strategy(space="pure_cuda", direction="M", name="s"), parent_id=None
+    )
     assert serialization.event_from_line(serialization.event_to_line(records.PlanMade(plan=plan))).plan.decision.direction == "M"
 
 
@@ -67,7 +71,9 @@ def test_precedence_is_cli_then_environment_then_file_then_defaults(tmp_path):
 
 
 def test_pyproject_tool_table_is_read_when_there_is_no_hiera_toml(tmp_path):
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.hiera.run]\nrounds = 9\n[tool.hiera.workload.stencil2d]\nhost_n = 64\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n[tool.hiera.run]\nrounds = 9\n[tool.hiera.workload.stencil2d]\nhost_n = 64\n'
+    )
     config = load_config(tmp_path, environ={})
     assert config.run.rounds == 9
     assert config.plugin_tables["workload"] == {"stencil2d": {"host_n": 64}}
@@ -121,9 +127,13 @@ def test_a_name_registered_twice_is_an_error_naming_both():
     class B:
         name = "same"
 
-    pm = make_plugin_manager(autoload=False, extra_plugins=[
-        _plugin(hiera_register_workloads=lambda: [A]), types.SimpleNamespace(hiera_register_workloads=hookimpl(lambda: [B]))
-    ])
+    pm = make_plugin_manager(
+        autoload=False,
+        extra_plugins=[
+            _plugin(hiera_register_workloads=lambda: [A]),
+            types.SimpleNamespace(hiera_register_workloads=hookimpl(lambda: [B])),
+        ],
+    )
     with pytest.raises(PluginError, match=r"registered twice: by .*A and by .*B|registered twice: by .*B and by .*A"):
         collect(pm, "workloads")
 
@@ -174,7 +184,7 @@ def test_the_run_log_keeps_every_hiera_event_and_only_warnings_of_other_librarie
     logging.getLogger().handlers.clear()
 
 
-CORE_ALONE = '''
+CORE_ALONE = """
 import importlib, os, pkgutil, sys
 from importlib.metadata import entry_points
 
@@ -190,12 +200,13 @@ for module in pkgutil.walk_packages(hiera_core.__path__, "hiera_core."):
 os.environ["HIERA_DISABLE_PLUGINS"] = ",".join(ep.name for ep in entry_points(group="hiera") if ep.dist.name == "hiera")
 from hiera_core.cli import main
 sys.exit(main(sys.argv[1:]))
-'''
+"""
 
 
 def test_the_core_imports_and_answers_with_every_built_in_plugin_deleted(tmp_path):
     """hiera_core imports no plugin: with the built-in packages gone, every core module imports, and the command
     line still answers, naming what is missing in one line."""
+
     def hiera(*args):
         return subprocess.run([sys.executable, "-c", CORE_ALONE, *args], cwd=tmp_path, capture_output=True, text=True, timeout=60)
 
@@ -203,5 +214,6 @@ def test_the_core_imports_and_answers_with_every_built_in_plugin_deleted(tmp_pat
     assert listing.returncode == 0 and "direction" not in listing.stdout, listing.stdout + listing.stderr
     done = hiera("--rounds", "1")
     assert done.returncode == 2
-    assert done.stderr.strip() == ("hiera: error: no workload given, and no installed plugin is the default one"
-                                   " (choose with --workload: none installed)")
+    assert done.stderr.strip() == (
+        "hiera: error: no workload given, and no installed plugin is the default one (choose with --workload: none installed)"
+    )

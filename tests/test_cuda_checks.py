@@ -69,23 +69,30 @@ def test_runtime_space_rules():
 def test_a_library_that_imports_its_own_stream_or_the_drivers_functions_is_rejected(tmp_path):
     """The binary check sees what a macro hides from the source scan (the GPU suite's `driver-stream-hidden` is the
     real attack); two small shared objects, built here, stand for a candidate's library."""
+
     def shared_object(name, body):
         (tmp_path / f"{name}.c").write_text(body)
         subprocess.run(["gcc", "-shared", "-fPIC", "-o", tmp_path / f"{name}.so", tmp_path / f"{name}.c"], check=True)
         return tmp_path / f"{name}.so"
 
-    escape = shared_object("escape", "int cudaGetDriverEntryPointByVersion(const char*, void**, unsigned, unsigned long long, int*);\n"
-                                     "void *probe(void) { void *f = 0; cudaGetDriverEntryPointByVersion(\"cuStreamCreate\", &f, 12000, 0, 0); return f; }\n")
+    escape = shared_object(
+        "escape",
+        "int cudaGetDriverEntryPointByVersion(const char*, void**, unsigned, unsigned long long, int*);\n"
+        'void *probe(void) { void *f = 0; cudaGetDriverEntryPointByVersion("cuStreamCreate", &f, 12000, 0, 0); return f; }\n',
+    )
     reason = checks.binary_hack(checks.imported_symbols(escape))
     assert reason is not None and "cudaGetDriverEntryPointByVersion" in reason and "timer" in reason
     pooled = tmp_path / "pooled.cpp"  # PyTorch's inter-op pool runs a function in a thread too: g++ names the import
-    pooled.write_text("#include <functional>\nnamespace at { void launch(std::function<void()> f); }\n"
-                      "void later() { at::launch([] {}); }\n")
+    pooled.write_text(
+        "#include <functional>\nnamespace at { void launch(std::function<void()> f); }\nvoid later() { at::launch([] {}); }\n"
+    )
     subprocess.run(["g++", "-shared", "-fPIC", "-o", tmp_path / "pooled.so", pooled], check=True)
     reason = checks.binary_hack(checks.imported_symbols(tmp_path / "pooled.so"))
     assert reason is not None and "at::launch" in reason
     assert "starts a thread" in _static_reason("libraries_pytorch", pooled.read_text())  # where ATen calls are admitted
-    honest = shared_object("honest", "#include <string.h>\nvoid copy(char *a, const char *b, unsigned long n) { memcpy(a, b, n); }\n")
+    honest = shared_object(
+        "honest", "#include <string.h>\nvoid copy(char *a, const char *b, unsigned long n) { memcpy(a, b, n); }\n"
+    )
     assert checks.binary_hack(checks.imported_symbols(honest)) is None
 
 
@@ -105,8 +112,17 @@ def test_a_real_extension_build_its_symbols_and_the_cache(tmp_path):
         candidate = Candidate(id=name, source=source, space="pure_cuda", round=1)
         workdir = tmp_path / name
         workdir.mkdir()
-        return EvalJob(candidate=candidate, task=task, contract=contract, arch="cuda", space_rank=0, workdir=workdir,
-                       workload_factory="gpu_tasks:TinyOps", workload_config={}, toolchain=toolchain)
+        return EvalJob(
+            candidate=candidate,
+            task=task,
+            contract=contract,
+            arch="cuda",
+            space_rank=0,
+            workdir=workdir,
+            workload_factory="gpu_tasks:TinyOps",
+            workload_config={},
+            toolchain=toolchain,
+        )
 
     assert _static_reason("pure_cuda", CUBLAS_HIDDEN) is None
     built = build_candidate(job(CUBLAS_HIDDEN, "hidden"), timeout_s=900)
@@ -171,7 +187,14 @@ def test_slow_calls_are_timed_until_the_budget_by_the_judges_clock():
     from hiera_plugins.cuda.judge import timing_done
 
     null = NullBatches(one_ms=[1.0], full_ms=[1.0], calls=2)
-    timing = {"repeats": 100, "adaptive": False, "target_rse": 0.005, "max_repeats": 1000, "min_repeats": 10, "timing_budget_s": 2.0}
+    timing = {
+        "repeats": 100,
+        "adaptive": False,
+        "target_rse": 0.005,
+        "max_repeats": 1000,
+        "min_repeats": 10,
+        "timing_budget_s": 2.0,
+    }
     slow = _batches([120.0] * 9, calls=2)  # stencil2d's conv2d baseline: 2.17 s in 18 calls, two a batch
 
     def done(batches):

@@ -27,8 +27,13 @@ pytestmark = [
     pytest.mark.timeout(900),  # a test builds up to a dozen candidates and waits for the GPU while other tests hold it
 ]
 
-KIND = {"incorrect": records.Incorrect, "static_rejected": records.StaticRejected, "crashed": records.Crashed,
-        "timed_out": records.TimedOut, "measured": records.Measured}
+KIND = {
+    "incorrect": records.Incorrect,
+    "static_rejected": records.StaticRejected,
+    "crashed": records.Crashed,
+    "timed_out": records.TimedOut,
+    "measured": records.Measured,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -39,9 +44,17 @@ def _tasks_importable_by_workers(monkeypatch):
 
 
 def _session(tmp_path, task, *overrides):
-    config = load_config(tmp_path, environ={}, cli={"workload": "tinyops", "task": task, "arch": "cuda"},
-                         overrides=["executor.local.workers=8", "evaluator.cuda-run.timeout_s=90",
-                                    "evaluator.cuda-run.call_timeout_s=20", *overrides])
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"workload": "tinyops", "task": task, "arch": "cuda"},
+        overrides=[
+            "executor.local.workers=8",
+            "evaluator.cuda-run.timeout_s=90",
+            "evaluator.cuda-run.call_timeout_s=20",
+            *overrides,
+        ],
+    )
     return Session.create(config, make_plugin_manager(extra_plugins=["gpu_tasks"]))
 
 
@@ -52,9 +65,18 @@ def _evaluate_all(session, sources, tmp_path, remeasure=False):
     roofline = roofline_for(session)
     jobs = {}
     for name, space, source in sources:
-        candidate = records.Candidate(id=candidate_id(source, contract, toolchain), source=source, space=space, round=1, origin=name)
-        jobs[name] = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=roofline,
-                             workdir=tmp_path / f"{name}-{remeasure}", remeasure=remeasure)
+        candidate = records.Candidate(
+            id=candidate_id(source, contract, toolchain), source=source, space=space, round=1, origin=name
+        )
+        jobs[name] = new_job(
+            session,
+            candidate,
+            contract=contract,
+            toolchain=toolchain,
+            roofline=roofline,
+            workdir=tmp_path / f"{name}-{remeasure}",
+            remeasure=remeasure,
+        )
     results = {job.workdir: e.evaluation for job, e in session.executor.run(list(jobs.values()), session.pipeline)}
     return {name: results[job.workdir] for name, job in jobs.items()}
 
@@ -69,10 +91,15 @@ def test_every_hack_is_rejected_with_its_reason_and_the_run_goes_on(tmp_path, ta
         suite.append(("cublas-hidden", "pure_cuda", CUBLAS_HIDDEN))
         suite.append(("cublas-allowed", "cuda_libraries", CUBLAS_HIDDEN))
     else:
-        suite += [("secrets", "pure_cuda", SECRETS), ("survivor", "pure_cuda", SURVIVOR),
-                  ("driver-stream-hidden", "libraries_pytorch", DRIVER_STREAM_HIDDEN)]
+        suite += [
+            ("secrets", "pure_cuda", SECRETS),
+            ("survivor", "pure_cuda", SURVIVOR),
+            ("driver-stream-hidden", "libraries_pytorch", DRIVER_STREAM_HIDDEN),
+        ]
     outcomes = _evaluate_all(session, suite, tmp_path)
-    report = {name: f"{type(e).__name__}: {getattr(e, 'reason', '') or getattr(e, 'log', '')[:300]}" for name, e in outcomes.items()}
+    report = {
+        name: f"{type(e).__name__}: {getattr(e, 'reason', '') or getattr(e, 'log', '')[:300]}" for name, e in outcomes.items()
+    }
     print(json.dumps(report, indent=1))
     for name, (t, _space, _source, kind, words) in CANDIDATES.items():
         if t == task:
@@ -100,11 +127,22 @@ def test_a_lie_to_the_runner_s_timer_or_an_early_reply_gains_nothing(tmp_path):
     CUDA events is measured like the honest kernel (or rejected: its timer contradicts the judge's clock); one that
     makes the runner reply before its kernels are done is caught by the judge's idle probe or its checks."""
     session = _session(tmp_path, "scale-add", "evaluator.cuda-profile.enabled=false")
-    outcomes = _evaluate_all(session, [("seed", "pure_cuda", SEEDS["scale-add"]), ("scaled-events", "pure_cuda", SCALED_EVENTS),
-                                       ("early-reply", "pure_cuda", EARLY_REPLY),
-                                       ("same-work-honest", "pure_cuda", EARLY_REPLY.replace("    in_python(", "    (void)("))], tmp_path)
-    print({name: f"{type(e).__name__}: {getattr(e, 'latency_ms', '')} {getattr(e, 'timing_bound', '') or getattr(e, 'reason', '') or getattr(e, 'log', '')[:300]}"
-           for name, e in outcomes.items()})
+    outcomes = _evaluate_all(
+        session,
+        [
+            ("seed", "pure_cuda", SEEDS["scale-add"]),
+            ("scaled-events", "pure_cuda", SCALED_EVENTS),
+            ("early-reply", "pure_cuda", EARLY_REPLY),
+            ("same-work-honest", "pure_cuda", EARLY_REPLY.replace("    in_python(", "    (void)(")),
+        ],
+        tmp_path,
+    )
+    print(
+        {
+            name: f"{type(e).__name__}: {getattr(e, 'latency_ms', '')} {getattr(e, 'timing_bound', '') or getattr(e, 'reason', '') or getattr(e, 'log', '')[:300]}"
+            for name, e in outcomes.items()
+        }
+    )
     assert isinstance(outcomes["seed"], records.Measured) and isinstance(outcomes["same-work-honest"], records.Measured)
     for name, honest in (("scaled-events", outcomes["seed"]), ("early-reply", outcomes["same-work-honest"])):
         evaluation = outcomes[name]
@@ -112,7 +150,10 @@ def test_a_lie_to_the_runner_s_timer_or_an_early_reply_gains_nothing(tmp_path):
             # no faster than the honest kernel's own fast batches (a launch-bound call varies with the builds beside it)
             assert evaluation.latency_ms >= 0.9 * honest.latency_p10_ms, (name, evaluation)
         else:
-            assert isinstance(evaluation, (records.Rejected, records.Incorrect, records.StaticRejected, records.Crashed)), (name, evaluation)
+            assert isinstance(evaluation, (records.Rejected, records.Incorrect, records.StaticRejected, records.Crashed)), (
+                name,
+                evaluation,
+            )
 
 
 def test_timing_agrees_with_itself_across_fresh_processes(tmp_path):
@@ -132,8 +173,17 @@ def test_one_call_is_profiled_with_nsight_compute(tmp_path):
     measured = _evaluate_all(session, [("seed", "pure_cuda", SEEDS["matmul"])], tmp_path)["seed"]
     assert isinstance(measured, records.Measured)
     profile = measured.profile
-    print(json.dumps({"source": profile.source, "unavailable": profile.unavailable, "signals": profile.signals,
-                      "findings": profile.findings}, indent=1))
+    print(
+        json.dumps(
+            {
+                "source": profile.source,
+                "unavailable": profile.unavailable,
+                "signals": profile.signals,
+                "findings": profile.findings,
+            },
+            indent=1,
+        )
+    )
     assert profile.source == "ncu" and profile.unavailable is None
     for signal in ("branch_uniformity", "achieved_occupancy", "grid_fill", "sector_efficiency", "pipe_utilization"):
         assert 0.0 <= profile.signals[signal] <= 1.0
@@ -142,7 +192,20 @@ def test_one_call_is_profiled_with_nsight_compute(tmp_path):
 def test_hiera_eval_prints_the_record_of_a_hand_written_kernel(tmp_path):
     source = tmp_path / "cuda_source.cu"
     source.write_text(SEEDS["scale-add"])
-    done = run_hiera("eval", str(source), "--workload", "tinyops", "--task", "scale-add", "--arch", "cuda",
-                     "--space", "pure_cuda", "--plugin", "gpu_tasks", cwd=tmp_path)
+    done = run_hiera(
+        "eval",
+        str(source),
+        "--workload",
+        "tinyops",
+        "--task",
+        "scale-add",
+        "--arch",
+        "cuda",
+        "--space",
+        "pure_cuda",
+        "--plugin",
+        "gpu_tasks",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "correct;" in done.stdout and '"kind": "measured"' in done.stdout

@@ -128,20 +128,45 @@ def test_on_cuda_no_prompt_text_speaks_of_the_host(known):
 
 
 NCU_METRICS = {  # what the rubrics quoted before they moved to the cuda architecture
-    "C": ("smsp__sass_average_branch_targets_threads_uniform.pct", "smsp__thread_inst_executed_per_inst_executed.ratio",
-          "smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio"),
-    "P": ("sm__warps_active.avg.pct_of_peak_sustained_active", "sm__maximum_warps_per_active_cycle_pct", "launch__grid_size",
-          "launch__sm_count", "launch__waves_per_multiprocessor", "sm__throughput", "gpu__compute_memory_throughput",
-          "smsp__warps_eligible.avg.per_cycle_active"),
-    "M": ("smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
-          "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "derived__memory_l2_theoretical_sectors_global_excessive",
-          "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{ld,st}.sum",
-          "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{ld,st}.sum"),
-    "R": ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_sector_hit_rate.pct", "smsp__inst_executed_op_ldgsts.sum",
-          "sm__pipe_tma_cycles_active.avg.pct_of_peak_sustained_elapsed"),
-    "T": ("sm__pipe_tensor_op_dmma_cycles_active", "sm__pipe_tensor_op_hmma_cycles_active", "sm__inst_executed_pipe_tensor_op_gmma",
-          "sm__pipe_fma_cycles_active", "sm__pipe_fp64_cycles_active", "sm__pipe_alu_cycles_active",
-          "sm__inst_issued.avg.pct_of_peak_sustained_elapsed"),
+    "C": (
+        "smsp__sass_average_branch_targets_threads_uniform.pct",
+        "smsp__thread_inst_executed_per_inst_executed.ratio",
+        "smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio",
+    ),
+    "P": (
+        "sm__warps_active.avg.pct_of_peak_sustained_active",
+        "sm__maximum_warps_per_active_cycle_pct",
+        "launch__grid_size",
+        "launch__sm_count",
+        "launch__waves_per_multiprocessor",
+        "sm__throughput",
+        "gpu__compute_memory_throughput",
+        "smsp__warps_eligible.avg.per_cycle_active",
+    ),
+    "M": (
+        "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.ratio",
+        "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+        "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+        "derived__memory_l2_theoretical_sectors_global_excessive",
+        "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{ld,st}.sum",
+        "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{ld,st}.sum",
+    ),
+    "R": (
+        "dram__bytes_read.sum",
+        "dram__bytes_write.sum",
+        "lts__t_sector_hit_rate.pct",
+        "smsp__inst_executed_op_ldgsts.sum",
+        "sm__pipe_tma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    ),
+    "T": (
+        "sm__pipe_tensor_op_dmma_cycles_active",
+        "sm__pipe_tensor_op_hmma_cycles_active",
+        "sm__inst_executed_pipe_tensor_op_gmma",
+        "sm__pipe_fma_cycles_active",
+        "sm__pipe_fp64_cycles_active",
+        "sm__pipe_alu_cycles_active",
+        "sm__inst_issued.avg.pct_of_peak_sustained_elapsed",
+    ),
 }
 
 
@@ -151,9 +176,7 @@ def test_on_cuda_the_rubrics_keep_the_nsight_compute_metric_names(known):
 
 
 def test_each_module_registers_exactly_one_direction():
-    assert [[cls.name for cls in module.hiera_register_directions()] for module in MODULES] == [
-        [letter] for letter in LETTERS
-    ]
+    assert [[cls.name for cls in module.hiera_register_directions()] for module in MODULES] == [[letter] for letter in LETTERS]
 
 
 @pytest.mark.parametrize("value", [0.0, 0.3, 1.0])
@@ -245,15 +268,45 @@ def test_every_strategy_is_concrete(known, kind):
 
 
 STRATEGY_NAMES = {  # every name a recorded run may refer to: each lives on in the architecture it describes
-    "split-interior-boundary", "padded-halo-no-branches", "hoist-invariant-branches", "library-owned-padding",
-    "cub-guarded-tail-tiles", "pad-then-dense-op", "masked-tensor-ops", "size-grid-to-fill-sms", "occupancy-limiter-tuning",
-    "persistent-grid-stride-kernel", "parallelize-outer-loops", "batched-library-calls", "cuda-graph-launches",
-    "batched-tensor-ops", "torch-cuda-graph", "unit-stride-row-streaming", "vectorized-coalesced-loads",
-    "conflict-free-shared-memory", "eliminate-register-spills", "library-native-layout", "cub-vectorized-block-io",
-    "contiguous-native-layout", "avoid-hidden-copies", "cache-blocking", "shared-memory-tiling", "cp-async-double-buffering",
-    "tma-bulk-tile-pipeline", "fuse-into-library-epilogue", "cutlass-multistage-mainloop", "fuse-torch-ops",
-    "hoist-invariant-tensors", "register-blocking", "dmma-tensor-core-formulation", "cut-instruction-overhead",
-    "blas-gemm-formulation", "cutlass-sm90-tensorop", "cudnn-algorithm-search", "torch-matmul-formulation", "unfold-then-gemm",
+    "split-interior-boundary",
+    "padded-halo-no-branches",
+    "hoist-invariant-branches",
+    "library-owned-padding",
+    "cub-guarded-tail-tiles",
+    "pad-then-dense-op",
+    "masked-tensor-ops",
+    "size-grid-to-fill-sms",
+    "occupancy-limiter-tuning",
+    "persistent-grid-stride-kernel",
+    "parallelize-outer-loops",
+    "batched-library-calls",
+    "cuda-graph-launches",
+    "batched-tensor-ops",
+    "torch-cuda-graph",
+    "unit-stride-row-streaming",
+    "vectorized-coalesced-loads",
+    "conflict-free-shared-memory",
+    "eliminate-register-spills",
+    "library-native-layout",
+    "cub-vectorized-block-io",
+    "contiguous-native-layout",
+    "avoid-hidden-copies",
+    "cache-blocking",
+    "shared-memory-tiling",
+    "cp-async-double-buffering",
+    "tma-bulk-tile-pipeline",
+    "fuse-into-library-epilogue",
+    "cutlass-multistage-mainloop",
+    "fuse-torch-ops",
+    "hoist-invariant-tensors",
+    "register-blocking",
+    "dmma-tensor-core-formulation",
+    "cut-instruction-overhead",
+    "blas-gemm-formulation",
+    "cutlass-sm90-tensorop",
+    "cudnn-algorithm-search",
+    "torch-matmul-formulation",
+    "unfold-then-gemm",
 }
 
 
@@ -330,8 +383,15 @@ def test_prompts_group_each_signal_under_the_directions_that_declare_it(directio
         rubric = "mentions sector_efficiency in passing"
 
     signals = {"sector_efficiency": 0.4, "warp_divergence": 0.3, "memory_floor_fraction": 0.2, "mystery": 0.9}
-    measured = Measured(latency_ms=1.0, latency_p10_ms=1.0, latency_p90_ms=1.0, repeats=5, reference_latency_ms=2.0,
-                        max_abs_error=0.0, profile=Profile(source="test", signals=signals))
+    measured = Measured(
+        latency_ms=1.0,
+        latency_p10_ms=1.0,
+        latency_p90_ms=1.0,
+        repeats=5,
+        reference_latency_ms=2.0,
+        max_abs_error=0.0,
+        profile=Profile(source="test", signals=signals),
+    )
     text = profile_summary(measured, {**directions, "D": Divergence()})
     assert "- M: sector_efficiency = 0.40" in text
     assert "- D: warp_divergence = 0.30" in text

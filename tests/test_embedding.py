@@ -35,9 +35,12 @@ def test_the_documented_example_runs_as_written(tmp_path):
     lines = [line for line in done.stdout.splitlines() if not re.match(r"^\d{4}-\d\d-\d\d ", line)]  # structlog's default
     found = re.match(r"best [0-9a-f]{16}: [0-9.]+ ms, [0-9.]+x numpy; (\d+) candidates, 2 plans; report .*report.md$", lines[0])
     assert found, lines
-    assert lines[1:] == [f"watched {found.group(1)} evaluations", "replayed from its recorded answers: the same candidates",
-                         "a wrong candidate: Incorrect",
-                         "refused: settings: [run]: rounds: expected an integer, got 2.5 (a float)"]
+    assert lines[1:] == [
+        f"watched {found.group(1)} evaluations",
+        "replayed from its recorded answers: the same candidates",
+        "a wrong candidate: Incorrect",
+        "refused: settings: [run]: rounds: expected an integer, got 2.5 (a float)",
+    ]
 
 
 class Tiny:
@@ -64,8 +67,9 @@ def scale(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_two_runs_in_one_process_keep_their_plugins_and_settings_apart(tmp_path, scale):
     small = {"arch": "host", "rounds": 0, "remeasure": False}
-    first = hiera_core.run(workload="scale", plugins=[Tiny(scale)], config={"workload": {"scale": {"n": 4096}}},
-                           run_dir=str(tmp_path / "a"), **small)
+    first = hiera_core.run(
+        workload="scale", plugins=[Tiny(scale)], config={"workload": {"scale": {"n": 4096}}}, run_dir=str(tmp_path / "a"), **small
+    )
     assert isinstance(first.best_evaluation, Measured)
     with pytest.raises(UnknownName, match="unknown workload 'scale'"):  # the first run's plugin is not installed here
         hiera_core.run(workload="scale", run_dir=str(tmp_path / "b"), **small)
@@ -74,8 +78,13 @@ def test_two_runs_in_one_process_keep_their_plugins_and_settings_apart(tmp_path,
 
     def one(name, n):
         try:
-            results[name] = hiera_core.run(workload="scale", plugins=[Tiny(scale)], config={"workload": {"scale": {"n": n}}},
-                                           run_dir=str(tmp_path / name), **small)
+            results[name] = hiera_core.run(
+                workload="scale",
+                plugins=[Tiny(scale)],
+                config={"workload": {"scale": {"n": n}}},
+                run_dir=str(tmp_path / name),
+                **small,
+            )
         except Exception as exc:
             errors.append(exc)
 

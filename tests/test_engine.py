@@ -52,16 +52,26 @@ class Recorder:
 @pytest.mark.slow
 def test_a_tool_embedding_the_core_sees_every_event_in_order(tmp_path):
     recorder = Recorder()
-    config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 1, "population": 2},
-                         overrides=["workload.stencil2d.host_n=48", "run.remeasure=false"])
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"arch": "host", "rounds": 1, "population": 2},
+        overrides=["workload.stencil2d.host_n=48", "run.remeasure=false"],
+    )
     session = Session.create(config, make_plugin_manager(extra_plugins=[recorder]))
     store = create_run(session, tmp_path / "run")
     best = Engine(session, store).optimize()
     assert best is not None
     kinds = [call[0] for call in recorder.calls]
     assert kinds == [
-        "run_started", "candidate_evaluated", "round_finished", "plan_made",
-        "candidate_evaluated", "candidate_evaluated", "round_finished", "run_finished",
+        "run_started",
+        "candidate_evaluated",
+        "round_finished",
+        "plan_made",
+        "candidate_evaluated",
+        "candidate_evaluated",
+        "round_finished",
+        "run_finished",
     ]
     assert recorder.calls[-1] == ("run_finished", True, True)
     assert recorder.calls[3][1:3] == (1, "pure_cuda")
@@ -132,8 +142,9 @@ def _evaluated(speedups):
         if speedup is None:
             evaluation = records.Incorrect(reason="wrong")
         else:
-            evaluation = records.Measured(latency_ms=1.0, latency_p10_ms=1, latency_p90_ms=1, repeats=1,
-                                          reference_latency_ms=speedup, max_abs_error=0)
+            evaluation = records.Measured(
+                latency_ms=1.0, latency_p10_ms=1, latency_p90_ms=1, repeats=1, reference_latency_ms=speedup, max_abs_error=0
+            )
         events.append(records.CandidateEvaluated(candidate=candidate, evaluation=evaluation, wall_s=0))
     return events
 
@@ -141,7 +152,10 @@ def _evaluated(speedups):
 def test_fast_p_is_truncated_from_one_trajectory():
     rows = fast_p(_evaluated([None, 0.5, None, None, None, 1.5, None, 2.5]), budgets=(1, 2, 6, 12))
     assert [(r.fast_0, r.fast_1, r.fast_2) for r in rows] == [
-        (False, False, False), (True, False, False), (True, True, False), (True, True, True)
+        (False, False, False),
+        (True, False, False),
+        (True, True, False),
+        (True, True, True),
     ]
     assert rows[-1].evaluated == 8 and rows[-1].best_speedup == 2.5
 
@@ -165,8 +179,12 @@ def test_a_task_without_a_seed_starts_from_nothing_and_says_why(tmp_path):
     def seed(self, task, arch):
         raise NoSeed("nothing to translate")
 
-    config = load_config(tmp_path, environ={}, cli={"workload": "unseeded", "arch": "host", "rounds": 1, "population": 2},
-                         overrides=["workload.unseeded.host_n=48", "run.remeasure=false"])
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"workload": "unseeded", "arch": "host", "rounds": 1, "population": 2},
+        overrides=["workload.unseeded.host_n=48", "run.remeasure=false"],
+    )
     session = Session.create(config, make_plugin_manager(extra_plugins=[stencil_variant("unseeded", seed=seed)]))
     store = create_run(session, tmp_path / "run")
     Engine(session, store).optimize()
@@ -179,9 +197,15 @@ def test_when_the_expert_has_no_move_left_the_search_stops_and_says_so(tmp_path)
     """A task whose seed has no expert move (most KernelBench level-1 tasks: one ATen call) ends after
     round 1's plan, with the reason in the trajectory; nobody is asked for candidates that cannot come."""
 
-    config = load_config(tmp_path, environ={}, cli={"workload": "nomoves", "arch": "host", "rounds": 3, "population": 2},
-                         overrides=["workload.nomoves.host_n=48", "run.remeasure=false"])
-    session = Session.create(config, make_plugin_manager(extra_plugins=[stencil_variant("nomoves", templates=lambda self, task, arch: [])]))
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"workload": "nomoves", "arch": "host", "rounds": 3, "population": 2},
+        overrides=["workload.nomoves.host_n=48", "run.remeasure=false"],
+    )
+    session = Session.create(
+        config, make_plugin_manager(extra_plugins=[stencil_variant("nomoves", templates=lambda self, task, arch: [])])
+    )
     store = create_run(session, tmp_path / "run")
     Engine(session, store).optimize()
     batches = [e for e in store.events if isinstance(e, records.CandidatesGenerated)]
@@ -204,8 +228,12 @@ def test_the_seed_is_evaluated_in_the_most_controlled_space_that_admits_it(tmp_p
     monkeypatch.setenv("PYTHONPATH", plugins)  # the evaluation workers rebuild the workload by module name
     kinds, reasons = {}, {}
     for space in ("adaptive", "pure_cuda"):
-        config = load_config(tmp_path, environ={}, cli={"workload": "threaded", "arch": "host", "rounds": 0, "space": space},
-                             overrides=["workload.threaded.host_n=48", "run.remeasure=false"])
+        config = load_config(
+            tmp_path,
+            environ={},
+            cli={"workload": "threaded", "arch": "host", "rounds": 0, "space": space},
+            overrides=["workload.threaded.host_n=48", "run.remeasure=false"],
+        )
         session = Session.create(config, make_plugin_manager(extra_plugins=["threaded_seed"]))
         store = create_run(session, tmp_path / space)
         Engine(session, store).optimize()
@@ -229,8 +257,16 @@ def test_without_a_profile_the_expert_moves_a_direction_that_has_a_move(tmp_path
     source, params, origin = kernelbench.seed(task, "cuda")
     seed = records.Candidate(id="s", source=source, space="libraries_pytorch", round=0, origin=origin, params=params)
     rejected = records.StaticRejected(reason="no profile")
-    context = {"parent": seed, "parent_evaluation": rejected, "parents": [seed], "history": [(seed, rejected)],
-               "allowed_spaces": [s.name for s in session.spaces], "task": task, "arch": "cuda", "kind": "cuda"}
+    context = {
+        "parent": seed,
+        "parent_evaluation": rejected,
+        "parents": [seed],
+        "history": [(seed, rejected)],
+        "allowed_spaces": [s.name for s in session.spaces],
+        "task": task,
+        "arch": "cuda",
+        "kind": "cuda",
+    }
     decision = session.backend.select_space(context)
     assert records.SpaceDecision(**decision).direction == "R" and decision["space"] == "libraries_pytorch"
     assert decision["scores"]["R"] > 0 and {d: s for d, s in decision["scores"].items() if d != "R"} == dict.fromkeys("CPMT", 0.0)
@@ -264,13 +300,23 @@ def test_the_expert_skips_a_direction_no_architecture_plugin_knows_on_this_kind(
     template = VectorTemplate()
     session.workload.templates = lambda task, kind: [template]
     params = template.defaults()
-    seed = records.Candidate(id="s", source=template.render(params), space="pure_cuda", round=0,
-                             origin=template.describe(params), params=params)
+    seed = records.Candidate(
+        id="s", source=template.render(params), space="pure_cuda", round=0, origin=template.describe(params), params=params
+    )
     profile = records.Profile(source="test", signals={"branch_free_fraction": 0.0, "memory_floor_fraction": 0.1})
-    measured = records.Measured(latency_ms=1, latency_p10_ms=1, latency_p90_ms=1, repeats=1, reference_latency_ms=2,
-                                max_abs_error=0, profile=profile)
-    context = {"parent": seed, "parent_evaluation": measured, "parents": [seed], "history": [(seed, measured)],
-               "allowed_spaces": [s.name for s in session.spaces], "task": session.task, "arch": "host", "kind": "host"}
+    measured = records.Measured(
+        latency_ms=1, latency_p10_ms=1, latency_p90_ms=1, repeats=1, reference_latency_ms=2, max_abs_error=0, profile=profile
+    )
+    context = {
+        "parent": seed,
+        "parent_evaluation": measured,
+        "parents": [seed],
+        "history": [(seed, measured)],
+        "allowed_spaces": [s.name for s in session.spaces],
+        "task": session.task,
+        "arch": "host",
+        "kind": "host",
+    }
     decision = records.SpaceDecision(**session.backend.select_space(context))
     assert decision.scores["V"] == 0.0 and "V: no strategy known on 'host' architectures" in decision.rationale
     assert decision.direction == "C"
@@ -285,15 +331,32 @@ def test_the_expert_does_not_give_up_the_best_candidates_library_features(tmp_pa
     session = Session.create(config, make_plugin_manager())
     [template] = session.workload.templates(session.task, "host")
     params = {**template.defaults(), "boundary": "split", "threads": 0}
-    parent = records.Candidate(id="p", source=template.render(params), space="cuda_libraries", round=1,
-                               origin=template.describe(params), params=params)
-    profile = records.Profile(source="test", signals={"parallel_utilization": 1.0, "branch_free_fraction": 1.0,
-                                                      "cache_resilience": 1.0, "in_cache_compute_fraction": 1.0,
-                                                      "memory_floor_fraction": 0.1})
-    measured = records.Measured(latency_ms=1, latency_p10_ms=1, latency_p90_ms=1, repeats=1, reference_latency_ms=2,
-                                max_abs_error=0, profile=profile)
-    context = {"parent": parent, "parent_evaluation": measured, "parents": [parent], "history": [(parent, measured)],
-               "allowed_spaces": [s.name for s in session.spaces], "task": session.task, "arch": "host", "kind": "host"}
+    parent = records.Candidate(
+        id="p", source=template.render(params), space="cuda_libraries", round=1, origin=template.describe(params), params=params
+    )
+    profile = records.Profile(
+        source="test",
+        signals={
+            "parallel_utilization": 1.0,
+            "branch_free_fraction": 1.0,
+            "cache_resilience": 1.0,
+            "in_cache_compute_fraction": 1.0,
+            "memory_floor_fraction": 0.1,
+        },
+    )
+    measured = records.Measured(
+        latency_ms=1, latency_p10_ms=1, latency_p90_ms=1, repeats=1, reference_latency_ms=2, max_abs_error=0, profile=profile
+    )
+    context = {
+        "parent": parent,
+        "parent_evaluation": measured,
+        "parents": [parent],
+        "history": [(parent, measured)],
+        "allowed_spaces": [s.name for s in session.spaces],
+        "task": session.task,
+        "arch": "host",
+        "kind": "host",
+    }
     decision = session.backend.select_space(context)
     assert max(decision["scores"], key=decision["scores"].get) == "M"
     assert decision["space"] == "cuda_libraries"
@@ -313,9 +376,12 @@ def test_a_workloads_baselines_are_measured_once_and_reported_beside_the_best(tm
         records.Baseline(name="broken", space="pure_cuda", source="int stencil2d(void) { return }"),
     ]
     monkeypatch.setattr(host, "baselines", lambda task: offered, raising=False)
-    config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 1, "population": 2},
-                         overrides=["workload.stencil2d.host_n=48", "run.remeasure=false", "executor.local.workers=3",
-                                    'run.baseline_cache=""'])
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"arch": "host", "rounds": 1, "population": 2},
+        overrides=["workload.stencil2d.host_n=48", "run.remeasure=false", "executor.local.workers=3", 'run.baseline_cache=""'],
+    )
     session = Session.create(config, make_plugin_manager())
     store = create_run(session, tmp_path / "run")
     Engine(session, store).optimize()
@@ -323,7 +389,9 @@ def test_a_workloads_baselines_are_measured_once_and_reported_beside_the_best(tm
     events = store.events
     measured = [e for e in events if isinstance(e, records.BaselineEvaluated)]
     assert sorted((e.name, type(e.evaluation).__name__) for e in measured) == [
-        ("broken", "CompileFailed"), ("unrolled by hand", "Measured")]
+        ("broken", "CompileFailed"),
+        ("unrolled by hand", "Measured"),
+    ]
     seed = next(e for e in events if isinstance(e, records.CandidateEvaluated))
     assert seed.candidate.round == 0
     recorded = {id(e): at for e, at in zip(store.events, store.times)}
@@ -346,14 +414,20 @@ def test_a_baseline_measured_by_an_earlier_run_on_this_machine_is_taken_from_the
 
     template = host.HostStencilTemplate()
     offered = [
-        records.Baseline(name="unrolled by hand", space="pure_cuda", source=template.render({**template.defaults(), "unroll": 4})),
+        records.Baseline(
+            name="unrolled by hand", space="pure_cuda", source=template.render({**template.defaults(), "unroll": 4})
+        ),
         records.Baseline(name="broken", space="pure_cuda", source="int stencil2d(void) { return }"),
     ]
     monkeypatch.setattr(host, "baselines", lambda task: offered, raising=False)
 
     def run(name: str, cache: str) -> list[records.BaselineEvaluated]:
-        config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 0},
-                             overrides=["workload.stencil2d.host_n=48", "run.remeasure=false", f'run.baseline_cache="{cache}"'])
+        config = load_config(
+            tmp_path,
+            environ={},
+            cli={"arch": "host", "rounds": 0},
+            overrides=["workload.stencil2d.host_n=48", "run.remeasure=false", f'run.baseline_cache="{cache}"'],
+        )
         session = Session.create(config, make_plugin_manager())
         store = create_run(session, tmp_path / name)
         Engine(session, store).optimize()
@@ -372,8 +446,12 @@ def test_a_baseline_measured_by_an_earlier_run_on_this_machine_is_taken_from_the
 
 
 def test_a_several_step_task_reports_the_time_per_step(tmp_path):
-    config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 0},
-                         overrides=["workload.stencil2d.host_n=48", "workload.stencil2d.steps=4", "run.remeasure=false"])
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"arch": "host", "rounds": 0},
+        overrides=["workload.stencil2d.host_n=48", "workload.stencil2d.steps=4", "run.remeasure=false"],
+    )
     session = Session.create(config, make_plugin_manager())
     store = create_run(session, tmp_path / "run")
     best = Engine(session, store).optimize()
@@ -384,10 +462,12 @@ def test_a_several_step_task_reports_the_time_per_step(tmp_path):
 def _measured(template, name, latency, **knobs):
     """(candidate, its measurement) of the stencil template with `knobs` on top of its defaults."""
     params = {**template.defaults(), **knobs}
-    candidate = records.Candidate(id=name, source=template.render(params), space="pure_cuda", round=1,
-                                  origin=template.describe(params), params=params)
-    return candidate, records.Measured(latency_ms=latency, latency_p10_ms=latency, latency_p90_ms=latency, repeats=1,
-                                       reference_latency_ms=120.0, max_abs_error=0)
+    candidate = records.Candidate(
+        id=name, source=template.render(params), space="pure_cuda", round=1, origin=template.describe(params), params=params
+    )
+    return candidate, records.Measured(
+        latency_ms=latency, latency_p10_ms=latency, latency_p90_ms=latency, repeats=1, reference_latency_ms=120.0, max_abs_error=0
+    )
 
 
 def test_the_expert_refines_the_best_kernel_before_a_far_slower_parent(tmp_path):
@@ -401,9 +481,17 @@ def test_the_expert_refines_the_best_kernel_before_a_far_slower_parent(tmp_path)
     seed = _measured(template, "seed", 1.660)
     ring, tile = _measured(template, "ring", 0.590, tiling="ring"), _measured(template, "tile", 1.602, tiling="smem")
     others = [_measured(template, "stream", 1.681, tiling="smem_stream")] + [
-        _measured(template, block, latency, tiling="smem", block=block) for block, latency in (("64x4", 1.651), ("32x16", 1.774), ("128x2", 1.642))]
-    context = {"parents": [ring[0], tile[0]], "history": [seed, ring, tile, *others], "task": session.task, "arch": "cuda", "kind": "cuda",
-               "allowed_spaces": [s.name for s in session.spaces]}
+        _measured(template, block, latency, tiling="smem", block=block)
+        for block, latency in (("64x4", 1.651), ("32x16", 1.774), ("128x2", 1.642))
+    ]
+    context = {
+        "parents": [ring[0], tile[0]],
+        "history": [seed, ring, tile, *others],
+        "task": session.task,
+        "arch": "cuda",
+        "kind": "cuda",
+        "allowed_spaces": [s.name for s in session.spaces],
+    }
     moves = list(itertools.islice(session.backend._moves(context, "M", "pure_cuda"), 6))
     assert {parent for _, _, parent in moves} == {"ring"}
     assert any(params == {**ring[0].params, "vector_loads": True, "boundary": "split"} for _, params, _ in moves)
@@ -418,8 +506,14 @@ def test_a_pair_move_belongs_to_a_direction_only_when_the_directions_knob_shapes
     [template] = session.workload.templates(session.task, "cuda")
     ring = _measured(template, "ring", 0.866, tiling="ring")
     params = ring[0].params
-    context = {"parents": [ring[0]], "history": [ring], "task": session.task, "arch": "cuda", "kind": "cuda",
-               "allowed_spaces": [s.name for s in session.spaces]}
+    context = {
+        "parents": [ring[0]],
+        "history": [ring],
+        "task": session.task,
+        "arch": "cuda",
+        "kind": "cuda",
+        "allowed_spaces": [s.name for s in session.spaces],
+    }
     moves = list(session.backend._moves(context, "P", "pure_cuda"))
     assert moves and all(p["ring_threads"] != 128 for _, p, _ in moves if p["tiling"] == "ring")
     assert not any(p == {**params, "block": "64x4", "vector_loads": True} for _, p, _ in moves)
@@ -477,8 +571,12 @@ class CountersPlugin:
 @pytest.mark.slow
 def test_an_on_demand_profiler_runs_only_on_the_parents_planning_reads_and_a_resume_runs_it_on_none(tmp_path):
     Counters.seen.clear()
-    config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 2, "population": 2, "parents": 1},
-                         overrides=["workload.stencil2d.host_n=48", "run.remeasure=false", "run.baselines=false"])
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"arch": "host", "rounds": 2, "population": 2, "parents": 1},
+        overrides=["workload.stencil2d.host_n=48", "run.remeasure=false", "run.baselines=false"],
+    )
 
     def optimize():
         session = Session.create(config, make_plugin_manager(extra_plugins=[CountersPlugin()]))
@@ -495,8 +593,11 @@ def test_an_on_demand_profiler_runs_only_on_the_parents_planning_reads_and_a_res
     evaluated = [e for e in store.events if isinstance(e, records.CandidateEvaluated)]
     assert len(evaluated) == 5 and not any("counted_calls" in e.evaluation.profile.metrics for e in evaluated)
     # each profile comes before the plan that reads it
-    order = [("profile", e.candidate_id) if isinstance(e, records.CandidateProfiled) else ("plan", e.plan.parent_id)
-             for e in store.events if isinstance(e, records.CandidateProfiled | records.PlanMade)]
+    order = [
+        ("profile", e.candidate_id) if isinstance(e, records.CandidateProfiled) else ("plan", e.plan.parent_id)
+        for e in store.events
+        if isinstance(e, records.CandidateProfiled | records.PlanMade)
+    ]
     assert all(order.index(("profile", parent)) < order.index(("plan", parent)) for _, parent in order)
 
     lines = (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines()  # killed before its last record

@@ -43,9 +43,16 @@ def crashing_on(n: int, source: str = HONEST) -> str:
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
     root = tmp_path_factory.mktemp("feedback")
-    config = load_config(root, environ={}, cli={"arch": "host"}, overrides=[
-        "workload.stencil2d.host_n=48", "evaluator.host-run.call_timeout_s=3", "evaluator.host-run.min_time_s=0.05",
-    ])
+    config = load_config(
+        root,
+        environ={},
+        cli={"arch": "host"},
+        overrides=[
+            "workload.stencil2d.host_n=48",
+            "evaluator.host-run.call_timeout_s=3",
+            "evaluator.host-run.min_time_s=0.05",
+        ],
+    )
     return Session.create(config, make_plugin_manager()), root
 
 
@@ -75,7 +82,7 @@ def test_a_compile_error_quotes_the_lines_its_log_cites(session):
     session, root = session
     lines = HONEST.splitlines()
     broken = next(i for i, line in enumerate(lines) if line.rstrip().endswith(";") and "for" not in line)
-    source = "\n".join([*lines[:broken], lines[broken].rstrip()[:-1], *lines[broken + 1:]]) + "\n"
+    source = "\n".join([*lines[:broken], lines[broken].rstrip()[:-1], *lines[broken + 1 :]]) + "\n"
     candidate, failed = evaluate_source(session, source, space="pure_cuda", workdir=root / "compile", device=False)
     assert isinstance(failed, records.CompileFailed), failed
     feedback = execution_feedback(failed, candidate.source, "host_source.c")
@@ -86,9 +93,11 @@ def test_a_compile_error_quotes_the_lines_its_log_cites(session):
 
 
 def test_a_crash_recorded_before_these_fields_still_loads():
-    line = ('{"candidate": {"id": "c", "source": "", "space": "pure_cuda", "round": 1}, "evaluation": {"kind": "crashed",'
-            ' "reason": "killed by SIGSEGV"}, "kind": "candidate_evaluated", "schema_version": %d, "wall_s": 1.0}'
-            % records.SCHEMA_VERSION)
+    line = (
+        '{"candidate": {"id": "c", "source": "", "space": "pure_cuda", "round": 1}, "evaluation": {"kind": "crashed",'
+        ' "reason": "killed by SIGSEGV"}, "kind": "candidate_evaluated", "schema_version": %d, "wall_s": 1.0}'
+        % records.SCHEMA_VERSION
+    )
     evaluation = serialization.event_from_line(line).evaluation
     assert evaluation == records.Crashed(reason="killed by SIGSEGV")
     assert execution_feedback(evaluation) == "crashed: killed by SIGSEGV"
@@ -180,15 +189,19 @@ def _plan(round_, direction):
     return records.Plan(round=round_, decision=decision, strategy=strategy, parent_id=None)
 
 
-@pytest.mark.parametrize("k, repairs, last_direction, failure, expected", [
-    (2, True, "M", records.Crashed(reason="killed"), True),
-    (2, True, "M", records.CompileFailed(log="error", compile_s=0.1), True),
-    (2, True, "M", records.Incorrect(reason="wrong"), True),
-    (1, True, "M", records.Crashed(reason="killed"), False),  # K = 1: the one request stays with the best
-    (2, True, "C", records.Crashed(reason="killed"), False),  # the strategy changed: its failure is not this round's
-    (2, False, "M", records.Crashed(reason="killed"), False),  # a backend that cannot repair (the expert)
-    (2, True, "M", records.TimedOut(limit_s=4), False),  # slow, perhaps correct: not a bug to fix
-], ids=["crash", "compile", "incorrect", "k1", "new-direction", "no-repairs", "timed-out"])
+@pytest.mark.parametrize(
+    "k, repairs, last_direction, failure, expected",
+    [
+        (2, True, "M", records.Crashed(reason="killed"), True),
+        (2, True, "M", records.CompileFailed(log="error", compile_s=0.1), True),
+        (2, True, "M", records.Incorrect(reason="wrong"), True),
+        (1, True, "M", records.Crashed(reason="killed"), False),  # K = 1: the one request stays with the best
+        (2, True, "C", records.Crashed(reason="killed"), False),  # the strategy changed: its failure is not this round's
+        (2, False, "M", records.Crashed(reason="killed"), False),  # a backend that cannot repair (the expert)
+        (2, True, "M", records.TimedOut(limit_s=4), False),  # slow, perhaps correct: not a bug to fix
+    ],
+    ids=["crash", "compile", "incorrect", "k1", "new-direction", "no-repairs", "timed-out"],
+)
 def test_a_repair_is_asked_only_when_the_failed_candidate_s_strategy_continues(k, repairs, last_direction, failure, expected):
     failed = records.Candidate(id="f", source="int x;", space="pure_cuda", round=1, direction=last_direction)
     ctx = SimpleNamespace(round=2, plans=[_plan(1, last_direction)], history=[(failed, failure)])
@@ -206,11 +219,18 @@ def test_a_call_that_raises_leaves_its_backtrace_in_the_runner_s_log():
     from hiera_core.records import Order, StartBatch
     from hiera_core.serialization import to_dict
 
-    code = ("from hiera_core import judging\n"
-            "def candidate_call(order):\n    raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
-            "judging.serve(candidate_call)\n")
-    done = subprocess.run([sys.executable, "-c", code], input=json.dumps(to_dict(StartBatch(), Order)) + "\n",
-                          capture_output=True, text=True, timeout=60)
+    code = (
+        "from hiera_core import judging\n"
+        "def candidate_call(order):\n    raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
+        "judging.serve(candidate_call)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(to_dict(StartBatch(), Order)) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     replies = [json.loads(line) for line in done.stdout.splitlines()]
     assert replies[-1]["raised"] is True and "illegal memory access" in replies[-1]["reason"], replies
     assert "Traceback" in done.stderr and "in candidate_call" in done.stderr, done.stderr

@@ -20,8 +20,11 @@ from hiera_plugins.spaces import LibrariesPytorch
 from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
 
 ROOT = Path(__file__).parent / "plugins" / "kernelbench_tasks"
-PLUGIN = [] if any(ep.value == "hiera_workloads.kernelbench" for ep in entry_points(group="hiera")) else [
-    "--plugin", "hiera_workloads.kernelbench"]
+PLUGIN = (
+    []
+    if any(ep.value == "hiera_workloads.kernelbench" for ep in entry_points(group="hiera"))
+    else ["--plugin", "hiera_workloads.kernelbench"]
+)
 """Until pyproject.toml registers the plugin, the CLI loads it by name."""
 
 
@@ -48,14 +51,19 @@ def task_checkout(root, level, name, text):
 
 def one_task_checkout(root, level, name, *, init, forward, inputs):
     """One task whose Model.__init__ runs `init`, forward(x) runs `forward` and get_inputs() returns [`inputs`]."""
-    return task_checkout(root, level, name, (
-        "import torch\nimport torch.nn as nn\n\n\n"
-        "class Model(nn.Module):\n"
-        f"    def __init__(self):\n        super().__init__()\n        {init}\n\n"
-        f"    def forward(self, x):\n        {forward}\n\n\n"
-        f"def get_inputs():\n    return [{inputs}]\n\n\n"
-        "def get_init_inputs():\n    return []\n"
-    ))
+    return task_checkout(
+        root,
+        level,
+        name,
+        (
+            "import torch\nimport torch.nn as nn\n\n\n"
+            "class Model(nn.Module):\n"
+            f"    def __init__(self):\n        super().__init__()\n        {init}\n\n"
+            f"    def forward(self, x):\n        {forward}\n\n\n"
+            f"def get_inputs():\n    return [{inputs}]\n\n\n"
+            "def get_init_inputs():\n    return []\n"
+        ),
+    )
 
 
 def test_the_plugin_registers_the_workload():
@@ -116,8 +124,9 @@ def test_the_binding_declares_the_forward_inputs_then_the_model_state_then_scala
     assert 'py::arg("s") = 3.5' in scalar
 
     gemm = w2.contract(by_name(w2)["1_Gemm_ReLU_Scaling"], "cuda").files["cpp_source.cpp"]
-    assert ("torch::Tensor forward(torch::Tensor x, torch::Tensor bias, torch::Tensor gemm_weight,"
-            " torch::Tensor gemm_bias);") in gemm
+    assert (
+        "torch::Tensor forward(torch::Tensor x, torch::Tensor bias, torch::Tensor gemm_weight, torch::Tensor gemm_bias);"
+    ) in gemm
 
 
 def test_params_semantics_describe_each_argument_from_the_trace():
@@ -178,21 +187,53 @@ def test_the_seed_is_an_aten_translation_that_passes_the_static_checks():
 def test_hiera_contracts_writes_each_task_and_lists_the_failures(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
-    code = main(["contracts", "--workload", "kernelbench", "--arch", "cuda", "--set", "workload.kernelbench.level=1", "--out", str(out),
-                 "--set", f"workload.kernelbench.root={json.dumps(str(ROOT))}",
-                 *PLUGIN])
+    code = main(
+        [
+            "contracts",
+            "--workload",
+            "kernelbench",
+            "--arch",
+            "cuda",
+            "--set",
+            "workload.kernelbench.level=1",
+            "--out",
+            str(out),
+            "--set",
+            f"workload.kernelbench.root={json.dumps(str(ROOT))}",
+            *PLUGIN,
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 1
     assert "3_Broken_on_import: importing it failed: RuntimeError: this task cannot be imported" in printed
     assert "4 contract(s) written" in printed and "(3 with a seed)" in printed and "1 failed" in printed
     assert sorted(p.name for p in out.iterdir()) == ["1_Tiny_matmul", "2_Tiny_ReLU", "4_Scale_by_scalar", "5_Softmax_of_sum"]
-    assert {p.name for p in (out / "1_Tiny_matmul").iterdir()} >= {"cpp_source.cpp", "torch_demo.py", "groundtruth.py",
-                                                                  "cuda_source.cu"}
+    assert {p.name for p in (out / "1_Tiny_matmul").iterdir()} >= {
+        "cpp_source.cpp",
+        "torch_demo.py",
+        "groundtruth.py",
+        "cuda_source.cu",
+    }
     assert "roll" in (out / "5_Softmax_of_sum" / "NO_SEED").read_text()
 
-    code = main(["contracts", "--workload", "kernelbench", "--arch", "cuda", "--set", "workload.kernelbench.level=2",
-                 "--set", "workload.kernelbench.tasks='1'", "--out", str(out / "l2"),
-                 "--set", f"workload.kernelbench.root={json.dumps(str(ROOT))}", *PLUGIN])
+    code = main(
+        [
+            "contracts",
+            "--workload",
+            "kernelbench",
+            "--arch",
+            "cuda",
+            "--set",
+            "workload.kernelbench.level=2",
+            "--set",
+            "workload.kernelbench.tasks='1'",
+            "--out",
+            str(out / "l2"),
+            "--set",
+            f"workload.kernelbench.root={json.dumps(str(ROOT))}",
+            *PLUGIN,
+        ]
+    )
     assert code == 0 and (out / "l2" / "1_Gemm_ReLU_Scaling" / "params_semantics.json").is_file()
 
 
@@ -233,8 +274,22 @@ def test_a_fused_candidate_builds_with_hiera_eval_compile_only(tmp_path):
     [template] = w2.templates(by_name(w2)["1_Gemm_ReLU_Scaling"], "cuda")
     source = tmp_path / "cuda_source.cu"
     source.write_text(template.render({"fuse_pointwise": True}))
-    command = ["eval", str(source), "--workload", "kernelbench", "--task", "1_Gemm_ReLU_Scaling", "--arch", "cuda",
-               "--compile-only", "--set", f"workload.kernelbench.root={ROOT}", "--set", "workload.kernelbench.level=2", *PLUGIN]
+    command = [
+        "eval",
+        str(source),
+        "--workload",
+        "kernelbench",
+        "--task",
+        "1_Gemm_ReLU_Scaling",
+        "--arch",
+        "cuda",
+        "--compile-only",
+        "--set",
+        f"workload.kernelbench.root={ROOT}",
+        "--set",
+        "workload.kernelbench.level=2",
+        *PLUGIN,
+    ]
     done = run_hiera(*command, cwd=tmp_path, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "built (" in done.stdout and "not run: --compile-only" in done.stdout
@@ -245,8 +300,7 @@ def test_a_fused_candidate_builds_with_hiera_eval_compile_only(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_forward_that_is_one_pointwise_chain_gets_a_pure_cuda_candidate_that_builds_and_passes_the_binary_check(
-        tmp_path):
+def test_a_forward_that_is_one_pointwise_chain_gets_a_pure_cuda_candidate_that_builds_and_passes_the_binary_check(tmp_path):
     """ReLU: the chain's kernel is the whole candidate, with nothing of ATen but allocation and views, so the
     pure_cuda space admits it, in the source and in what the built library imports (level 1's elementwise tasks:
     19 ReLU, 21 Sigmoid, 25 Swish, 31 ELU, ... had no valid candidate in pure_cuda)."""
@@ -264,9 +318,24 @@ def test_a_forward_that_is_one_pointwise_chain_gets_a_pure_cuda_candidate_that_b
         pytest.skip("no CUDA toolkit")
     source = tmp_path / "cuda_source.cu"
     source.write_text(kernel)
-    done = run_hiera("eval", str(source), "--workload", "kernelbench", "--task", "2_Tiny_ReLU", "--arch", "cuda",
-                     "--space", "pure_cuda", "--compile-only", "--set", f"workload.kernelbench.root={ROOT}", *PLUGIN,
-                     cwd=tmp_path, timeout=900)
+    done = run_hiera(
+        "eval",
+        str(source),
+        "--workload",
+        "kernelbench",
+        "--task",
+        "2_Tiny_ReLU",
+        "--arch",
+        "cuda",
+        "--space",
+        "pure_cuda",
+        "--compile-only",
+        "--set",
+        f"workload.kernelbench.root={ROOT}",
+        *PLUGIN,
+        cwd=tmp_path,
+        timeout=900,
+    )
     assert done.returncode == 0 and "built (" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
 
 
@@ -274,8 +343,11 @@ def test_a_convolution_seed_names_its_padding_type(tmp_path):
     """A braced padding list would also match at::conv2d's string-padding overload: nvcc calls that ambiguous
     (found building KernelBench level 2 on 2026-11-29), so the seed spells out at::IntArrayRef."""
     w = one_task_checkout(
-        tmp_path, 2, "1_Conv_ReLU_Scale",
-        init="self.conv = nn.Conv2d(3, 4, 3, padding=1)", forward="return torch.relu(self.conv(x)) * 2.0",
+        tmp_path,
+        2,
+        "1_Conv_ReLU_Scale",
+        init="self.conv = nn.Conv2d(3, 4, 3, padding=1)",
+        forward="return torch.relu(self.conv(x)) * 2.0",
         inputs="torch.rand(1, 3, 8, 8)",
     )
     [task] = w.tasks()
@@ -288,16 +360,16 @@ def test_a_convolution_seed_names_its_padding_type(tmp_path):
 def test_a_chain_runs_through_the_second_operand_of_a_binary_operator(tmp_path):
     """Swish, x * sigmoid(x): the chain is sigmoid then the product with x, one kernel reading x once (level 1
     task 25 of KernelBench got no fused candidate while the chain had to run through the first operand)."""
-    w = one_task_checkout(tmp_path, 1, "1_Swish", init="pass", forward="return x * torch.sigmoid(x)",
-                          inputs="torch.rand(4, 8)")
+    w = one_task_checkout(tmp_path, 1, "1_Swish", init="pass", forward="return x * torch.sigmoid(x)", inputs="torch.rand(4, 8)")
     [task] = w.tasks()
     [template] = w.templates(task, "cuda")
     fused = template.render({"fuse_pointwise": True})
     assert "pointwise_kernel_1" not in fused and "at::sigmoid" not in fused
     assert "v = (o0[u].v[e] * v);" in fused and "pointwise_0(x, {x})" in fused
 
-    softsign = one_task_checkout(tmp_path / "softsign", 1, "1_Softsign", init="pass",
-                                 forward="return x / (1 + torch.abs(x))", inputs="torch.rand(4, 8)")
+    softsign = one_task_checkout(
+        tmp_path / "softsign", 1, "1_Softsign", init="pass", forward="return x / (1 + torch.abs(x))", inputs="torch.rand(4, 8)"
+    )
     [template] = softsign.templates(softsign.tasks()[0], "cuda")
     fused = template.render({"fuse_pointwise": True})
     assert "v = (o0[u].v[e] / v);" in fused and "pointwise_0(x, {x})" in fused  # x / chain, not chain / x
@@ -307,7 +379,9 @@ def test_a_model_whose_constructor_reads_values_is_still_analysed(tmp_path):
     """Swin's constructor calls .item(), which meta tensors refuse: the model is built on the CPU and traced on
     the meta device (level 3 tasks 29 and 30 of KernelBench, 2026-11-29)."""
     w = one_task_checkout(
-        tmp_path, 3, "1_Item_in_init",
+        tmp_path,
+        3,
+        "1_Item_in_init",
         init="self.depth = int(torch.linspace(1, 3, 3)[-1].item())\n        self.lin = nn.Linear(4, 4)",
         forward="for _ in range(self.depth):\n            x = self.lin(x)\n        return x",
         inputs="torch.rand(2, 4)",
@@ -325,7 +399,9 @@ def test_a_number_the_forward_makes_a_tensor_of_is_a_constant_and_the_fused_kern
     attribute of the trace; the seed makes it a 0-dim CPU tensor, as the reference does, and the fused chain
     min, + bias, * 2 takes it in as a literal."""
     w = one_task_checkout(
-        tmp_path, 2, "1_Conv_Min_Add_Scale",
+        tmp_path,
+        2,
+        "1_Conv_Min_Add_Scale",
         init="self.conv = nn.Conv2d(3, 4, 3)\n        self.c = 0.5\n        self.bias = nn.Parameter(torch.randn(4, 1, 1))",
         forward="return (torch.min(self.conv(x), torch.tensor(self.c)) + self.bias) * 2.0",
         inputs="torch.rand(2, 3, 8, 8)",
@@ -342,8 +418,7 @@ def test_a_number_the_forward_makes_a_tensor_of_is_a_constant_and_the_fused_kern
 
     from hiera_workloads.kernelbench.analysis import build_model, load_task_module, state_of
 
-    extension = load_inline("seed_conv_min_add_scale", cpp_sources=[seed], functions=["forward"],
-                            build_directory=str(tmp_path))
+    extension = load_inline("seed_conv_min_add_scale", cpp_sources=[seed], functions=["forward"], build_directory=str(tmp_path))
     model = build_model(load_task_module(tmp_path / "KernelBench" / "level2" / "1_Conv_Min_Add_Scale.py"), "cpu")
     state = {name.replace(".", "_"): t.detach() for _, name, t in state_of(model)}
     x = torch.rand(2, 3, 8, 8)
@@ -352,14 +427,19 @@ def test_a_number_the_forward_makes_a_tensor_of_is_a_constant_and_the_fused_kern
 
 
 def test_triplet_margin_loss_translates_with_the_modules_settings(tmp_path):
-    w = task_checkout(tmp_path, 1, "1_Triplet", (
-        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
-        "    def __init__(self, margin):\n        super().__init__()\n"
-        "        self.loss_fn = nn.TripletMarginLoss(margin=margin, p=1.0, swap=True)\n\n"
-        "    def forward(self, a, p, n):\n        return self.loss_fn(a, p, n)\n\n\n"
-        "def get_inputs():\n    return [torch.rand(4, 8), torch.rand(4, 8), torch.rand(4, 8)]\n\n\n"
-        "def get_init_inputs():\n    return [0.5]\n"
-    ))
+    w = task_checkout(
+        tmp_path,
+        1,
+        "1_Triplet",
+        (
+            "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+            "    def __init__(self, margin):\n        super().__init__()\n"
+            "        self.loss_fn = nn.TripletMarginLoss(margin=margin, p=1.0, swap=True)\n\n"
+            "    def forward(self, a, p, n):\n        return self.loss_fn(a, p, n)\n\n\n"
+            "def get_inputs():\n    return [torch.rand(4, 8), torch.rand(4, 8), torch.rand(4, 8)]\n\n\n"
+            "def get_init_inputs():\n    return [0.5]\n"
+        ),
+    )
     [task] = w.tasks()
     source, reason = w.translated_seed(task)
     assert "at::triplet_margin_loss(a, p, n, 0.5, 1.0, 1e-06, true, at::Reduction::Mean)" in source, reason
@@ -370,8 +450,11 @@ def test_a_task_can_be_named_by_its_kernelbench_id(tmp_path):
     from hiera_core.session import Session
 
     overrides = [f"workload.kernelbench.root={ROOT}", "workload.kernelbench.level=1"]
-    session = Session.create(load_config(tmp_path, environ={}, cli={"workload": "kernelbench", "task": "4", "arch": "cuda"},
-                                         overrides=overrides), make_plugin_manager(), device=False)
+    session = Session.create(
+        load_config(tmp_path, environ={}, cli={"workload": "kernelbench", "task": "4", "arch": "cuda"}, overrides=overrides),
+        make_plugin_manager(),
+        device=False,
+    )
     assert session.task.name == "4_Scale_by_scalar"
 
 
@@ -397,8 +480,12 @@ def emulated_on_the_cpu(source: str) -> str:
     )
     source = re.sub(r"#include <c10/cuda/\w+\.h>\n", "", source).replace("input.is_cuda()", "true")
     source = source.replace("c10::cuda::getCurrentCUDAStream()", "0")
-    source, launches = re.subn(r"(\w+(?:<\d+>)?)<<<(\w+\([^()]*\)), (\w+\([^()]*\)), 0, \w+>>>\((.*?)\);",
-                               r"launch(\2, \3, [&] { \1(\4); });", source, flags=re.S)
+    source, launches = re.subn(
+        r"(\w+(?:<\d+>)?)<<<(\w+\([^()]*\)), (\w+\([^()]*\)), 0, \w+>>>\((.*?)\);",
+        r"launch(\2, \3, [&] { \1(\4); });",
+        source,
+        flags=re.S,
+    )
     assert launches, "no kernel launch found"
     return prelude + source
 
@@ -414,9 +501,11 @@ def test_a_fused_chain_computes_the_reference_for_every_broadcast_pattern(tmp_pa
     from hiera_workloads.kernelbench.analysis import build_model, load_task_module, state_of
 
     w = one_task_checkout(
-        tmp_path, 2, "1_Broadcasts",
+        tmp_path,
+        2,
+        "1_Broadcasts",
         init="self.b1 = nn.Parameter(torch.randn(4, 1, 1))\n        self.b2 = nn.Parameter(torch.randn(5, 1))\n"
-             "        self.b3 = nn.Parameter(torch.randn(4, 1, 6))",
+        "        self.b3 = nn.Parameter(torch.randn(4, 1, 6))",
         forward="y = torch.relu((x + self.b1) * self.b2 - self.b3)\n        return torch.sigmoid(y.sum(dim=-1, keepdim=True) * 0.5 + 1.0) * x",
         inputs="torch.rand(3, 4, 5, 6)",
     )
@@ -424,8 +513,9 @@ def test_a_fused_chain_computes_the_reference_for_every_broadcast_pattern(tmp_pa
     [template] = w.templates(task, "cuda")
     fused = template.render({"fuse_pointwise": True})
     assert "pointwise_kernel_1" in fused and "at::relu" not in fused and "at::sigmoid" not in fused, fused
-    extension = load_inline("fused_broadcasts", cpp_sources=[emulated_on_the_cpu(fused)], functions=["forward"],
-                            build_directory=str(tmp_path))
+    extension = load_inline(
+        "fused_broadcasts", cpp_sources=[emulated_on_the_cpu(fused)], functions=["forward"], build_directory=str(tmp_path)
+    )
     model = build_model(load_task_module(tmp_path / "KernelBench" / "level2" / "1_Broadcasts.py"), "cpu")
     state = [t.detach() for _, _, t in state_of(model)]
     for shape in [(3, 4, 5, 6), (1, 4, 5, 6)]:
@@ -440,10 +530,22 @@ def test_a_forward_that_draws_random_numbers_is_found_by_the_trace(tmp_path):
     which draws other numbers, on the H200, 2026-11-29)."""
     from hiera_workloads.kernelbench.analysis import analyse, load_task_module
 
-    random = one_task_checkout(tmp_path / "a", 2, "1_Dropout", init="self.drop = nn.Dropout(0.3)",
-                               forward="return torch.softmax(self.drop(x), dim=1)", inputs="torch.rand(4, 8)")
-    plain = one_task_checkout(tmp_path / "b", 2, "1_Plain", init="self.drop = nn.Dropout(0.0)",
-                              forward="return torch.softmax(x, dim=1)", inputs="torch.rand(4, 8)")
+    random = one_task_checkout(
+        tmp_path / "a",
+        2,
+        "1_Dropout",
+        init="self.drop = nn.Dropout(0.3)",
+        forward="return torch.softmax(self.drop(x), dim=1)",
+        inputs="torch.rand(4, 8)",
+    )
+    plain = one_task_checkout(
+        tmp_path / "b",
+        2,
+        "1_Plain",
+        init="self.drop = nn.Dropout(0.0)",
+        forward="return torch.softmax(x, dim=1)",
+        inputs="torch.rand(4, 8)",
+    )
     for w, expected in ((random, True), (plain, False)):
         [task] = w.tasks()
         assert analyse(load_task_module(Path(task.params["path"]))).random is expected
@@ -462,8 +564,14 @@ def test_a_model_with_hundreds_of_tensors_gets_its_state_as_one_vector(tmp_path,
     from hiera_workloads.kernelbench.analysis import build_model, load_task_module, state_of
 
     monkeypatch.setattr(contract, "PACK_STATE_ABOVE", 2)  # the task below has 3 arguments
-    w = one_task_checkout(tmp_path, 3, "1_Packed", init="self.lin = nn.Linear(8, 4)",
-                          forward="return torch.relu(self.lin(x))", inputs="torch.rand(3, 8)")
+    w = one_task_checkout(
+        tmp_path,
+        3,
+        "1_Packed",
+        init="self.lin = nn.Linear(8, 4)",
+        forward="return torch.relu(self.lin(x))",
+        inputs="torch.rand(3, 8)",
+    )
     [task] = w.tasks()
     files = w.contract(task, "cuda").files
     seed = w.seed(task, "cuda")[0]
@@ -489,20 +597,25 @@ def test_recurrent_layers_concatenation_and_indexing_translate_and_compute_the_r
 
     from hiera_workloads.kernelbench.analysis import build_model, load_task_module, state_of
 
-    w = task_checkout(tmp_path, 3, "1_Recurrent", (
-        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass Model(nn.Module):\n"
-        "    def __init__(self):\n        super().__init__()\n"
-        "        self.gru = nn.GRU(6, 5, 2, batch_first=True)\n        self.lstm = nn.LSTM(5, 4, 1, batch_first=True)\n"
-        "        self.act = nn.ReLU6()\n\n"
-        "    def forward(self, x, h0, h1, c1):\n"
-        "        out, h = self.gru(x, h0)\n        out2, state = self.lstm(out, (h1, c1))\n"
-        "        y = torch.cat([out2[:, -1, :], state[1][0], h[1, :, 1:3]], dim=1)\n"
-        "        half = y.size(1) // 2\n"
-        "        z = self.act(y * 10).view(2, 2, half)[:, None]\n"
-        "        return F.max_pool2d(z, 2, ceil_mode=True)\n\n\n"
-        "def get_inputs():\n    return [torch.rand(2, 3, 6), torch.rand(2, 2, 5), torch.rand(1, 2, 4), torch.rand(1, 2, 4)]\n\n\n"
-        "def get_init_inputs():\n    return []\n"
-    ))
+    w = task_checkout(
+        tmp_path,
+        3,
+        "1_Recurrent",
+        (
+            "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\nclass Model(nn.Module):\n"
+            "    def __init__(self):\n        super().__init__()\n"
+            "        self.gru = nn.GRU(6, 5, 2, batch_first=True)\n        self.lstm = nn.LSTM(5, 4, 1, batch_first=True)\n"
+            "        self.act = nn.ReLU6()\n\n"
+            "    def forward(self, x, h0, h1, c1):\n"
+            "        out, h = self.gru(x, h0)\n        out2, state = self.lstm(out, (h1, c1))\n"
+            "        y = torch.cat([out2[:, -1, :], state[1][0], h[1, :, 1:3]], dim=1)\n"
+            "        half = y.size(1) // 2\n"
+            "        z = self.act(y * 10).view(2, 2, half)[:, None]\n"
+            "        return F.max_pool2d(z, 2, ceil_mode=True)\n\n\n"
+            "def get_inputs():\n    return [torch.rand(2, 3, 6), torch.rand(2, 2, 5), torch.rand(1, 2, 4), torch.rand(1, 2, 4)]\n\n\n"
+            "def get_init_inputs():\n    return []\n"
+        ),
+    )
     [task] = w.tasks()
     seed, reason = w.translated_seed(task)
     assert seed is not None, reason
@@ -527,16 +640,27 @@ def test_the_fused_kernel_computes_its_chain_on_both_paths_emulated_on_the_cpu(t
 
     from hiera_workloads.kernelbench import fusion
 
-    steps = [fusion.Step(fusion.UNARY_C["sigmoid"]), fusion.Step("({v} * {t0})", ("operand",)),
-             fusion.Step("({v} + 0.5f)"), fusion.Step(fusion.parametric("clamp", {"min": -0.2, "max": 0.9}))]
+    steps = [
+        fusion.Step(fusion.UNARY_C["sigmoid"]),
+        fusion.Step("({v} * {t0})", ("operand",)),
+        fusion.Step("({v} + 0.5f)"),
+        fusion.Step(fusion.parametric("clamp", {"min": -0.2, "max": 0.9})),
+    ]
     source = emulated_on_the_cpu(fusion.PRELUDE + fusion.kernel_source(0, steps))
     assert "launch(grid_of(layout, 4), block_of(layout, 4), [&] { pointwise_kernel_0<4>(" in source
-    module = load_inline("fused_emulation", cpp_sources=[source], functions=["pointwise_0"],
-                         build_directory=str(tmp_path), extra_cflags=["-O1"])
+    module = load_inline(
+        "fused_emulation", cpp_sources=[source], functions=["pointwise_0"], build_directory=str(tmp_path), extra_cflags=["-O1"]
+    )
     torch.manual_seed(0)
     misaligned = torch.randn(4097)[1:]  # 4 bytes past a 16-byte boundary
-    cases = [((4, 100_000), torch.randn(100_000)), ((3, 64, 8), torch.randn(64, 1)), ((2, 1_000_003), torch.randn(1_000_003)),
-             ((3, 37, 5), torch.randn(37, 1)), ((7,), torch.randn(())), ((2, 4096), misaligned)]
+    cases = [
+        ((4, 100_000), torch.randn(100_000)),
+        ((3, 64, 8), torch.randn(64, 1)),
+        ((2, 1_000_003), torch.randn(1_000_003)),
+        ((3, 37, 5), torch.randn(37, 1)),
+        ((7,), torch.randn(())),
+        ((2, 4096), misaligned),
+    ]
     for shape, operand in cases:
         x = torch.randn(shape)
         want = torch.clamp(torch.sigmoid(x) * operand + 0.5, -0.2, 0.9)
@@ -544,7 +668,7 @@ def test_the_fused_kernel_computes_its_chain_on_both_paths_emulated_on_the_cpu(t
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), (shape, (got - want).abs().max())
 
 
-ATTENTION_TASK = '''import math
+ATTENTION_TASK = """import math
 
 import torch
 import torch.nn as nn
@@ -572,7 +696,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 @pytest.mark.slow
@@ -595,8 +719,7 @@ def test_a_forward_torch_fx_cannot_trace_is_lowered_to_aten_operators_and_the_se
     assert cuda_rules(source, CudaLibraries.rank) is not None  # a libraries_pytorch seed
     assert hack_in_source(source, "float32") is None  # `wrapped` is a function, not a static tensor
     binding = w.contract(task, "cuda").files["cpp_source.cpp"]
-    extension = load_inline("lowered_seed", cpp_sources=[source + binding], build_directory=str(tmp_path),
-                            extra_cflags=["-O1"])
+    extension = load_inline("lowered_seed", cpp_sources=[source + binding], build_directory=str(tmp_path), extra_cflags=["-O1"])
     module = load_task_module(Path(task.params["path"]))
     model = build_model(module, "cpu")
     x = torch.rand(2, 12, 8)
@@ -605,8 +728,14 @@ def test_a_forward_torch_fx_cannot_trace_is_lowered_to_aten_operators_and_the_se
         want = model(x)
     assert got.dtype == torch.float32 and torch.allclose(got, want, atol=1e-6), (got - want).abs().max()
 
-    view = one_task_checkout(tmp_path / "view", 1, "1_View", init="pass", inputs="torch.rand(4, 2, 3)",
-                             forward="return x.view(x.size(0), -1)[:, : int(x.size(1)) * 3]")
+    view = one_task_checkout(
+        tmp_path / "view",
+        1,
+        "1_View",
+        init="pass",
+        inputs="torch.rand(4, 2, 3)",
+        forward="return x.view(x.size(0), -1)[:, : int(x.size(1)) * 3]",
+    )
     source = view.translated_seed(view.tasks()[0])[0]
     assert "lowered to ATen operators" in source and ".clone().contiguous();" in source  # never a view of x
 

@@ -19,13 +19,35 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).parent / "plugins" / "kernelbench_tasks"
-TASK = ["--workload", "kernelbench", "--task", "1_Gemm_ReLU_Scaling", "--arch", "cuda",
-        "--set", f"workload.kernelbench.root={ROOT}", "--set", "workload.kernelbench.level=2"]
+TASK = [
+    "--workload",
+    "kernelbench",
+    "--task",
+    "1_Gemm_ReLU_Scaling",
+    "--arch",
+    "cuda",
+    "--set",
+    f"workload.kernelbench.root={ROOT}",
+    "--set",
+    "workload.kernelbench.level=2",
+]
 
 
 def test_the_seed_and_the_fused_candidate_are_correct_and_timed(tmp_path):
-    done = run_hiera("run", *TASK, "--rounds", "1", "--population", "2", "--run-dir", str(tmp_path / "run"),
-                     "--set", "executor.local.workers=4", cwd=tmp_path, timeout=1200)
+    done = run_hiera(
+        "run",
+        *TASK,
+        "--rounds",
+        "1",
+        "--population",
+        "2",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--set",
+        "executor.local.workers=4",
+        cwd=tmp_path,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     store = RunStore.open(tmp_path / "run")
     evaluated = [e for e in store.events if isinstance(e, records.CandidateEvaluated)]
@@ -59,10 +81,24 @@ def verdicts_of(tmp_path, task_name, sources: dict[str, str]) -> dict[str, str]:
     for name, source in sources.items():
         (tmp_path / name).mkdir()
         (tmp_path / name / "cuda_source.cu").write_text(source)
-        done = run_hiera("eval", str(tmp_path / name / "cuda_source.cu"), "--workload", "kernelbench", "--task",
-                         task_name, "--arch", "cuda", "--space", "libraries_pytorch",
-                         "--set", f"workload.kernelbench.root={tmp_path / 'kb'}", "--set", "workload.kernelbench.level=2",
-                         cwd=tmp_path / name, timeout=900)
+        done = run_hiera(
+            "eval",
+            str(tmp_path / name / "cuda_source.cu"),
+            "--workload",
+            "kernelbench",
+            "--task",
+            task_name,
+            "--arch",
+            "cuda",
+            "--space",
+            "libraries_pytorch",
+            "--set",
+            f"workload.kernelbench.root={tmp_path / 'kb'}",
+            "--set",
+            "workload.kernelbench.level=2",
+            cwd=tmp_path / name,
+            timeout=900,
+        )
         verdicts[name] = done.stdout + done.stderr[-2000:]
     return verdicts
 
@@ -73,9 +109,14 @@ def test_a_task_that_draws_random_numbers_is_checked_from_one_seed(tmp_path):
     reference every candidate of KernelBench's level 2 task 66 was rejected (H200, 2026-11-29)."""
     from test_kernelbench import one_task_checkout
 
-    w = one_task_checkout(tmp_path / "kb", 2, "1_Linear_Dropout", init="self.lin = nn.Linear(256, 256)\n"
-                          "        self.drop = nn.Dropout(0.5)", forward="return self.drop(self.lin(x))",
-                          inputs="torch.rand(64, 256)")
+    w = one_task_checkout(
+        tmp_path / "kb",
+        2,
+        "1_Linear_Dropout",
+        init="self.lin = nn.Linear(256, 256)\n        self.drop = nn.Dropout(0.5)",
+        forward="return self.drop(self.lin(x))",
+        inputs="torch.rand(64, 256)",
+    )
     [task] = w.tasks()
     seed = w.seed(task, "cuda")[0]
     skipped = re.sub(r"at::dropout\((\w+), [^)]*\)", r"\1", seed)
@@ -92,9 +133,14 @@ def test_a_task_where_pytorch_itself_misses_the_tolerance_accepts_what_pytorch_c
     level 3 task 45 on the CPU, 2026-11-29: eager FP32 is 8.9e-4 from FP64 there.)"""
     from test_kernelbench import one_task_checkout
 
-    w = one_task_checkout(tmp_path / "kb", 2, "1_Shifted_variance", init="pass",
-                          forward="y = x + 1000000.0\n        return ((y - y.mean(dim=1, keepdim=True)) ** 2).mean(dim=1)",
-                          inputs="torch.rand(16, 4096)")
+    w = one_task_checkout(
+        tmp_path / "kb",
+        2,
+        "1_Shifted_variance",
+        init="pass",
+        forward="y = x + 1000000.0\n        return ((y - y.mean(dim=1, keepdim=True)) ** 2).mean(dim=1)",
+        inputs="torch.rand(16, 4096)",
+    )
     [task] = w.tasks()
     seed = w.seed(task, "cuda")[0]
     wrong = seed.replace("at::pow(v3, 2)", "at::abs(v3)")
@@ -112,16 +158,21 @@ def test_a_task_with_gigabytes_of_inputs_is_judged_within_the_gpus_memory(tmp_pa
 
     from test_kernelbench import one_task_checkout
 
-    one_task_checkout(tmp_path / "kb", 2, "1_RMSNorm_large", init="pass",
-                      forward="return x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)",
-                      inputs="torch.rand(112, 64, 512, 512)")
+    one_task_checkout(
+        tmp_path / "kb",
+        2,
+        "1_RMSNorm_large",
+        init="pass",
+        forward="return x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)",
+        inputs="torch.rand(112, 64, 512, 512)",
+    )
     from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig
 
     w = KernelBench(KernelBenchConfig(root=str(tmp_path / "kb"), level=2))
     [task] = w.tasks()
     output = verdicts_of(tmp_path, "1_RMSNorm_large", {"seed": w.seed(task, "cuda")[0]})["seed"]
     assert '"kind": "measured"' in output, output
-    conditions = json.loads(output[output.index("{"): output.rindex("}") + 1])["evaluation"]["conditions"]
+    conditions = json.loads(output[output.index("{") : output.rindex("}") + 1])["evaluation"]["conditions"]
     print({k: v for k, v in conditions.items() if k.startswith("memory_")})
     assert conditions["memory_places"] >= 1
     assert conditions["memory_device_used_peak_gib"] < conditions["memory_total_gib"]

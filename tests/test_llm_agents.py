@@ -103,7 +103,9 @@ class Registers:
 
 def _engine(tmp_path, run_dir=None):
     config = load_config(
-        tmp_path, environ={}, cli={"arch": "host", "rounds": 1, "population": 2, "backend": "scripted-model"},
+        tmp_path,
+        environ={},
+        cli={"arch": "host", "rounds": 1, "population": 2, "backend": "scripted-model"},
         overrides=["workload.stencil2d.host_n=48", "run.remeasure=false"],
     )
     session = Session.create(config, make_plugin_manager(extra_plugins=[Registers()]))
@@ -172,7 +174,11 @@ class ScriptedVectorModel(ScriptedModel):
     def answer(self, request):
         if request.role == "ssda":
             self.requests.append(request)
-            data = {"space": "pure_cuda", "scores": {"C": 0.1, "P": 0.1, "M": 0.1, "R": 0.1, "T": 0.1, "V": 0.9}, "rationale": "r"}
+            data = {
+                "space": "pure_cuda",
+                "scores": {"C": 0.1, "P": 0.1, "M": 0.1, "R": 0.1, "T": 0.1, "V": 0.9},
+                "rationale": "r",
+            }
             return AgentAnswer(text=json.dumps(data))
         return super().answer(request)
 
@@ -191,18 +197,22 @@ class RegistersVectors:
 def test_prompts_say_when_no_plugin_knows_a_direction_on_this_architecture(tmp_path):
     ScriptedModel.requests.clear()
     config = load_config(
-        tmp_path, environ={}, cli={"arch": "host", "rounds": 1, "population": 2, "backend": "scripted-vector-model"},
+        tmp_path,
+        environ={},
+        cli={"arch": "host", "rounds": 1, "population": 2, "backend": "scripted-vector-model"},
         overrides=["workload.stencil2d.host_n=48", "run.remeasure=false"],
     )
     session = Session.create(config, make_plugin_manager(extra_plugins=[RegistersVectors()]))
     Engine(session, create_run(session, tmp_path / "run")).optimize()
     [ssda] = [r for r in ScriptedModel.requests if r.role == "ssda"]
     [spa] = [r for r in ScriptedModel.requests if r.role == "spa"]
-    assert ("- V (Vectors): Wide vector instructions.\n  Rubric: No installed plugin gives a rubric for V on 'host'"
-            " architectures") in ssda.prompt
+    assert (
+        "- V (Vectors): Wide vector instructions.\n  Rubric: No installed plugin gives a rubric for V on 'host' architectures"
+    ) in ssda.prompt
     assert "No installed plugin knows direction V on 'host' architectures" in spa.prompt
-    assert ("# Known strategies for V in pure_cuda\n- none known here on 'host' architectures: devise one from the"
-            " profile") in spa.prompt
+    assert (
+        "# Known strategies for V in pure_cuda\n- none known here on 'host' architectures: devise one from the profile"
+    ) in spa.prompt
 
 
 @pytest.mark.slow

@@ -18,9 +18,15 @@ from hiera_workloads.stencil2d.host import HostStencilTemplate
 
 KEY_VAR = "HIERA_TEST_LLM_KEY"
 TEMPLATE = HostStencilTemplate()
-UNROLLED2, UNROLLED4, BLOCKED = (TEMPLATE.render({**TEMPLATE.defaults(), **knobs}) for knobs in ({"unroll": 2}, {"unroll": 4}, {"block_cols": 256}))
+UNROLLED2, UNROLLED4, BLOCKED = (
+    TEMPLATE.render({**TEMPLATE.defaults(), **knobs}) for knobs in ({"unroll": 2}, {"unroll": 4}, {"block_cols": 256})
+)
 
-SSDA = {"space": "pure_cuda", "scores": {"C": 0.9, "P": 0.1, "M": 0.3, "R": 0.2, "T": 0.4}, "rationale": "branches | in\nthe loop"}
+SSDA = {
+    "space": "pure_cuda",
+    "scores": {"C": 0.9, "P": 0.1, "M": 0.3, "R": 0.2, "T": 0.4},
+    "rationale": "branches | in\nthe loop",
+}
 BAD_SSDA = {"space": "gpu", "scores": {"C": 1.5, "P": "high", "M": 0.3, "R": 0.2, "X": 0.1}}
 """Six violations: an unknown space, a score out of range, a score not a number, T missing, X unknown, no rationale."""
 STRATEGY = "tile [/] rows | `<b>x</b>`\n| injected | row |"
@@ -107,10 +113,15 @@ def test_every_answer_fault_is_named_asked_again_and_kept_out_of_the_record_and_
     # each named as such, shown where it ended, asked again shorter, and answered
     assert calls["oa", 0, 1].startswith("unusable answer: the answer was cut off at the output-token limit; ")
     assert calls["spa", 0, 1].startswith("unusable answer: the answer was cut off inside a JSON string that it never closes; ")
-    assert calls["oa", 1, 1].startswith("unusable answer: the answer was cut off inside a code fence (```c) that it never closes; ")
+    assert calls["oa", 1, 1].startswith(
+        "unusable answer: the answer was cut off inside a code fence (```c) that it never closes; "
+    )
     for role, request in (("spa", 1), ("oa", 1), ("oa", 2)):
         again = asked[role, request, 2]
-        assert "# Your previous answer (attempt 1) was cut off" in again and "Answer again, exactly in the format asked for and shorter" in again
+        assert (
+            "# Your previous answer (attempt 1) was cut off" in again
+            and "Answer again, exactly in the format asked for and shorter" in again
+        )
     assert "It ended:\n" in asked["oa", 2, 2] and UNROLLED4[:400][-100:] + "\n\nAnswer again" in asked["oa", 2, 2]
     assert all(calls[role, sample, 2] is None for role, sample in (("spa", 0), ("oa", 0), ("oa", 1)))
 
@@ -132,7 +143,10 @@ def test_every_answer_fault_is_named_asked_again_and_kept_out_of_the_record_and_
     listed = table(report, "| id | round | space | dir | origin | outcome |")
     assert [cells(line) for line in listed] == [6] * len(listed) and len(listed) == 2 + 4
     notes = [line for line in report.splitlines() if line.startswith("- round 1: ")]
-    assert notes == [f"- round 1: {inline(note)}" for note in batch.notes] and r'got \["\| injected \|", "\<b\>x\</b\>"\]' in notes[0]
+    assert (
+        notes == [f"- round 1: {inline(note)}" for note in batch.notes]
+        and r'got \["\| injected \|", "\<b\>x\</b\>"\]' in notes[0]
+    )
     assert "<b>" not in report and "made-up-parent" not in report and "evil" not in report
     # and so does the console, where rich would otherwise read `[/]` as markup and stop the run
     assert "strategy tile [/] rows | `<b>x</b>` | injected | row |" in done.stdout
@@ -151,8 +165,19 @@ def test_every_schema_violation_is_reported_at_once_with_its_path():
     ]
     assert str(raised.value).startswith("5 schema violations: ")
     with pytest.raises(SchemaError, match=r"13 schema violations: .*; and 1 more$"):
-        validate({"candidates": [{"source": ""}] * 12}, {"type": "object", "required": ["name"], "properties": {
-            "candidates": {"type": "array", "items": {"type": "object", "properties": {"source": {"type": "string", "minLength": 1}}}}}})
+        validate(
+            {"candidates": [{"source": ""}] * 12},
+            {
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "candidates": {
+                        "type": "array",
+                        "items": {"type": "object", "properties": {"source": {"type": "string", "minLength": 1}}},
+                    }
+                },
+            },
+        )
 
 
 @pytest.mark.parametrize(
@@ -163,7 +188,7 @@ def test_every_schema_violation_is_reported_at_once_with_its_path():
         ("Here:\n```c\nint f(void)\n{\n    for (;;) {\n", "inside a code fence (```c) that it never closes"),
         ('```json\n{"candidates": [{"source": "int f(void) {', "inside a JSON string that it never closes"),
         ("```\nint f(void) {\n", "inside a code fence (```) that it never closes"),
-        ('Done.\n```c\nint f(void) { return 0; }\n```\n', None),
+        ("Done.\n```c\nint f(void) { return 0; }\n```\n", None),
         ('{"a": "}"} and {x} [y]', None),
         ("I cannot write this kernel.", None),
     ],

@@ -84,8 +84,12 @@ def test_caesar_fixes_each_lineage_from_its_own_execution_feedback_alone(hiera, 
 
 @pytest.mark.slow
 def test_cudaforge_judges_one_bottleneck_from_the_profile_and_refines_in_pure_cuda(hiera, tmp_path):
-    verdict = {"bottleneck": "one of two cores idles (cpu utilization 50%)", "method": "stream-rows",
-               "steps": ["stream along rows so the loop vectorises"], "constraints": ["no OpenMP"]}
+    verdict = {
+        "bottleneck": "one of two cores idles (cpu utilization 50%)",
+        "method": "stream-rows",
+        "steps": ["stream along rows so the loop vectorises"],
+        "constraints": ["no OpenMP"],
+    }
 
     def respond(call):
         if call.role == "judge":

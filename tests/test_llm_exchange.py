@@ -19,7 +19,13 @@ from hiera_workloads.stencil2d.host import HostStencilTemplate
 TEMPLATE = HostStencilTemplate()
 SOURCES = [TEMPLATE.render({**TEMPLATE.defaults(), **knobs}) for knobs in ({"boundary": "split"}, {"unroll": 4})]
 ANSWERS = {
-    "ssda": json.dumps({"space": "pure_cuda", "scores": {"C": 0.8, "P": 0.0, "M": 0.2, "R": 0.1, "T": 0.3}, "rationale": "a person read the profile"}),
+    "ssda": json.dumps(
+        {
+            "space": "pure_cuda",
+            "scores": {"C": 0.8, "P": 0.0, "M": 0.2, "R": 0.1, "T": 0.3},
+            "rationale": "a person read the profile",
+        }
+    ),
     "spa": json.dumps({"name": "split-interior", "steps": ["split the interior off"], "constraints": []}),
     "oa-1": f"```c\n{SOURCES[0]}```",
     "oa-2": json.dumps({"candidates": [{"source": SOURCES[1]}]}),
@@ -51,13 +57,40 @@ def test_a_separate_process_answers_a_whole_run_through_the_exchange_folder(tmp_
     (tmp_path / "answers.json").write_text(json.dumps(ANSWERS))
     (tmp_path / "answerer.py").write_text(ANSWERER)
     run = subprocess.Popen(
-        [str(HIERA), "--workload", "stencil2d", "--arch", "host", "--rounds", "1", "--population", "2", "--backend", "exchange",
-         "--run-dir", "run", "--no-remeasure", "--set", "workload.stencil2d.host_n=48", "--set", "backend.exchange.dir=ex",
-         "--set", "backend.exchange.poll_s=0.05"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ,
+        [
+            str(HIERA),
+            "--workload",
+            "stencil2d",
+            "--arch",
+            "host",
+            "--rounds",
+            "1",
+            "--population",
+            "2",
+            "--backend",
+            "exchange",
+            "--run-dir",
+            "run",
+            "--no-remeasure",
+            "--set",
+            "workload.stencil2d.host_n=48",
+            "--set",
+            "backend.exchange.dir=ex",
+            "--set",
+            "backend.exchange.poll_s=0.05",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ,
     )
     answerer = subprocess.run(
-        [sys.executable, "answerer.py", str(HIERA), "ex", "answers.json"], cwd=tmp_path, capture_output=True, text=True, timeout=180,
+        [sys.executable, "answerer.py", str(HIERA), "ex", "answers.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     _out, err = run.communicate(timeout=180)
     assert answerer.returncode == 0 and answerer.stdout.strip() == "4", answerer.stderr
@@ -83,10 +116,31 @@ def test_answering_an_unknown_request_is_one_line_with_the_waiting_ones(hiera, t
     assert done.stderr.strip() == "hiera: error: no request 'r9-ssda-a1-deadbeef' is waiting in ex (waiting: none)"
 
 
-PAUSED_RUN = ["--workload", "stencil2d", "--arch", "host", "--rounds", "2", "--population", "2", "--backend", "exchange",
-              "--run-dir", "run", "--no-remeasure", "--set", "workload.stencil2d.host_n=48", "--set", "backend.exchange.dir=ex",
-              "--set", 'backend.exchange.when_waiting="pause"']
-ROUND_SOURCES = {1: SOURCES, 2: [TEMPLATE.render({**TEMPLATE.defaults(), **knobs}) for knobs in ({"unroll": 2}, {"block_cols": 256})]}
+PAUSED_RUN = [
+    "--workload",
+    "stencil2d",
+    "--arch",
+    "host",
+    "--rounds",
+    "2",
+    "--population",
+    "2",
+    "--backend",
+    "exchange",
+    "--run-dir",
+    "run",
+    "--no-remeasure",
+    "--set",
+    "workload.stencil2d.host_n=48",
+    "--set",
+    "backend.exchange.dir=ex",
+    "--set",
+    'backend.exchange.when_waiting="pause"',
+]
+ROUND_SOURCES = {
+    1: SOURCES,
+    2: [TEMPLATE.render({**TEMPLATE.defaults(), **knobs}) for knobs in ({"unroll": 2}, {"block_cols": 256})],
+}
 
 
 def answer_elsewhere(folder) -> list[dict]:
@@ -133,12 +187,29 @@ def test_a_paused_run_is_driven_to_its_end_by_answers_carried_between_resumes(tm
 
     # three pauses a round (SSDA, SPA, then the round's two OA requests together), one more for the re-asked answer
     waits = [(m["round"], m["role"], m["sample"], m["attempt"]) for m in answered]
-    assert waits == [(1, "ssda", 0, 1), (1, "spa", 0, 1), (1, "oa", 0, 1), (1, "oa", 1, 1), (1, "oa", 0, 2),
-                     (2, "ssda", 0, 1), (2, "spa", 0, 1), (2, "oa", 0, 1), (2, "oa", 1, 1)]
+    assert waits == [
+        (1, "ssda", 0, 1),
+        (1, "spa", 0, 1),
+        (1, "oa", 0, 1),
+        (1, "oa", 1, 1),
+        (1, "oa", 0, 2),
+        (2, "ssda", 0, 1),
+        (2, "spa", 0, 1),
+        (2, "oa", 0, 1),
+        (2, "oa", 1, 1),
+    ]
     assert [p.split(" request(s)")[0] for p in pauses] == ["hiera: run paused: " + n for n in "1121112"]
     events = RunStore.open(run).events
     assert [(e.round, e.waiting) for e in events if isinstance(e, records.RunPaused)] == [
-        (1, 1), (1, 1), (1, 1), (1, 2), (1, 1), (2, 1), (2, 1), (2, 2)]
+        (1, 1),
+        (1, 1),
+        (1, 1),
+        (1, 2),
+        (1, 1),
+        (2, 1),
+        (2, 1),
+        (2, 2),
+    ]
 
     # nothing was done twice: every candidate evaluated once, every round generated and finished once
     evaluated = [e.candidate.id for e in events if isinstance(e, records.CandidateEvaluated)]
@@ -152,7 +223,8 @@ def test_a_paused_run_is_driven_to_its_end_by_answers_carried_between_resumes(tm
     assert [c.error is None for c in calls].count(False) == 1  # the one unusable answer, counted once
     batches = {e.round: e for e in events if isinstance(e, records.CandidatesGenerated)}
     assert {r: [c.source.strip() for c in batches[r].candidates] for r in (1, 2)} == {
-        r: [s.strip() for s in ROUND_SOURCES[r]] for r in (1, 2)}
+        r: [s.strip() for s in ROUND_SOURCES[r]] for r in (1, 2)
+    }
     assert all(isinstance(e.evaluation, records.Measured) for e in events if isinstance(e, records.CandidateEvaluated))
     assert hiera("exchange", "pending", "--dir", "ex").stdout.strip() == "no request is waiting in ex"
     assert "- paused 8 time(s) for answers that came later (rounds 1, 2), resumed each time" in (run / "report.md").read_text()
@@ -162,8 +234,16 @@ def test_through_the_python_api_a_pause_is_a_typed_exception_and_resume_takes_th
     exchange = tmp_path / "ex"
     config = {"workload": {"stencil2d": {"host_n": 48}}, "backend": {"exchange": {"dir": str(exchange), "when_waiting": "pause"}}}
     with pytest.raises(hiera_core.api.AwaitingAnswers) as paused:
-        hiera_core.run(workload="stencil2d", arch="host", rounds=1, population=1, backend="exchange", remeasure=False,
-                       config=config, run_dir=str(tmp_path / "run"))
+        hiera_core.run(
+            workload="stencil2d",
+            arch="host",
+            rounds=1,
+            population=1,
+            backend="exchange",
+            remeasure=False,
+            config=config,
+            run_dir=str(tmp_path / "run"),
+        )
     assert (paused.value.run_dir, paused.value.waiting) == ((tmp_path / "run").resolve(), 1)
     folder = ExchangeFolder(exchange)
     [ssda] = folder.pending()
@@ -196,7 +276,8 @@ def test_a_paused_run_plans_on_a_machine_without_its_device_and_evaluates_only_w
     assert done.stderr.strip().splitlines()[-1] == (
         "hiera: run paused: 2 candidate(s) of round 1 to evaluate on the device (architecture 'host-gated' cannot run"
         " here: its device is on another machine (HIERA_TEST_NO_DEVICE)); `hiera resume"
-        f" {run}` where architecture 'host-gated' runs continues the run")
+        f" {run}` where architecture 'host-gated' runs continues the run"
+    )
     again = hiera("resume", "run", "--plugin", "gated_host", env=elsewhere)  # nothing new to do there
     assert again.returncode == 75 and again.stderr.strip().splitlines()[-1] == done.stderr.strip().splitlines()[-1]
     events = RunStore.open(run).events
@@ -223,17 +304,47 @@ def test_a_suite_costs_the_device_one_call_a_round_and_plans_where_the_device_is
     """The paper's experiment as it runs: several tasks, a round's sources asked in one request a task, every answer
     read and every candidate written on the planning machine, and one call of the same command where the device is
     evaluating the round for every task of the suite."""
-    suite = ["run", "--plugin", "gated_host", "--plugin", "multi_stencil", "--workload", "multistencil", "--arch",
-             "host-gated", "--rounds", "1", "--population", "2", "--no-remeasure", "--set", "workload.multistencil.host_n=48",
-             "--all-tasks", "--backend", "exchange", "--set", "backend.exchange.dir=ex", "--set",
-             'backend.exchange.when_waiting="pause"', "--set", "backend.exchange.candidates_per_request=2",
-             "--set", "executor.local.runs=2", "--run-dir", "suite"]
+    suite = [
+        "run",
+        "--plugin",
+        "gated_host",
+        "--plugin",
+        "multi_stencil",
+        "--workload",
+        "multistencil",
+        "--arch",
+        "host-gated",
+        "--rounds",
+        "1",
+        "--population",
+        "2",
+        "--no-remeasure",
+        "--set",
+        "workload.multistencil.host_n=48",
+        "--all-tasks",
+        "--backend",
+        "exchange",
+        "--set",
+        "backend.exchange.dir=ex",
+        "--set",
+        'backend.exchange.when_waiting="pause"',
+        "--set",
+        "backend.exchange.candidates_per_request=2",
+        "--set",
+        "executor.local.runs=2",
+        "--run-dir",
+        "suite",
+    ]
     tasks = ["box3x3-n10240-s1", "box5x5-n10240-s1"]
     elsewhere = {"HIERA_TEST_NO_DEVICE": "1"}
     folder = ExchangeFolder(tmp_path / "ex")
 
     def evaluated_rounds(task: str) -> list[int]:
-        return [e.candidate.round for e in RunStore.open(tmp_path / "suite" / task).events if isinstance(e, records.CandidateEvaluated)]
+        return [
+            e.candidate.round
+            for e in RunStore.open(tmp_path / "suite" / task).events
+            if isinstance(e, records.CandidateEvaluated)
+        ]
 
     done = hiera(*suite)  # where the device is: round 0 of both tasks, then both SSDA requests wait
     assert done.returncode == 75, done.stderr
@@ -241,7 +352,9 @@ def test_a_suite_costs_the_device_one_call_a_round_and_plans_where_the_device_is
         pending = folder.pending()
         assert sorted(p.role for p in pending) == [role, role]  # one request a task, the OA's for both sources
         for request in pending:
-            folder.answer(request.id, ANSWERS[role] if role != "oa" else json.dumps({"candidates": [{"source": s} for s in SOURCES]}))
+            folder.answer(
+                request.id, ANSWERS[role] if role != "oa" else json.dumps({"candidates": [{"source": s} for s in SOURCES]})
+            )
         done = hiera(*suite, env=elsewhere)
         assert done.returncode == 75, done.stderr
     assert done.stdout.count("2 candidate(s) of round 1 to evaluate on the device") == 2, done.stdout
@@ -253,4 +366,7 @@ def test_a_suite_costs_the_device_one_call_a_round_and_plans_where_the_device_is
         assert evaluated_rounds(task) == [0, 1, 1]
         events = RunStore.open(tmp_path / "suite" / task).events
         assert sorted(e.role for e in events if isinstance(e, records.AgentCalled)) == ["oa", "spa", "ssda"]
-    assert folder.pending() == [] and "| stencil2d | hiera, exchange | adaptive | 2 |" in (tmp_path / "suite" / "suite.md").read_text()
+    assert (
+        folder.pending() == []
+        and "| stencil2d | hiera, exchange | adaptive | 2 |" in (tmp_path / "suite" / "suite.md").read_text()
+    )

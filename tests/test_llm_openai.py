@@ -40,7 +40,11 @@ PATH_SIGHTED = guarded(render(loop_order="row_streaming"), 'getenv("PATH") == NU
 """Correct only if the candidate does see the variables it is allowed (getenv works there)."""
 UNROLLED2, UNROLLED4, BLOCKED = render(unroll=2), render(unroll=4), render(block_cols=256)
 
-SSDA = {"space": "pure_cuda", "scores": {"C": 0.9, "P": 0.1, "M": 0.3, "R": 0.2, "T": 0.4}, "rationale": "branches in the hot loop"}
+SSDA = {
+    "space": "pure_cuda",
+    "scores": {"C": 0.9, "P": 0.1, "M": 0.3, "R": 0.2, "T": 0.4},
+    "rationale": "branches in the hot loop",
+}
 SPA = {
     1: {"name": "split-interior", "steps": ["split interior and boundary"], "constraints": ["same padding"]},
     2: {"name": "stream-rows", "steps": ["stream rows", "unroll taps"], "constraints": []},
@@ -57,8 +61,10 @@ def respond(call) -> Reply:
         if call.round == 1:
             return Reply(f"My decision:\n```json\n{json.dumps(SSDA)}\n```\nThat is all.")
         # minor damage: trailing commas and a raw newline inside a string
-        return Reply('{"space": "pure_cuda", "scores": {"C": 0.2, "P": 0.1, "M": 0.7, "R": 0.3, "T": 0.4,},\n'
-                     ' "rationale": "memory\nbound",}')
+        return Reply(
+            '{"space": "pure_cuda", "scores": {"C": 0.2, "P": 0.1, "M": 0.7, "R": 0.3, "T": 0.4,},\n'
+            ' "rationale": "memory\nbound",}'
+        )
     if call.role == "spa":
         if call.round == 1 and call.attempt == 1:
             return Reply('{"name": "split", "steps": [split the interior from the boundary]}')  # broken JSON
@@ -68,9 +74,13 @@ def respond(call) -> Reply:
     script = {
         (1, 1): lambda: Reply(candidates(KEY_BLIND)),
         (1, 2): lambda: Reply(f"Here it is:\n```c\n{PATH_SIGHTED}```\n"),
-        (1, 3): lambda: Reply("Unroll the inner loop by two; that should help.") if call.attempt == 1 else Reply(candidates(UNROLLED2)),
+        (1, 3): lambda: (
+            Reply("Unroll the inner loop by two; that should help.") if call.attempt == 1 else Reply(candidates(UNROLLED2))
+        ),
         (2, 1): lambda: Reply(candidates(UNROLLED4), delay_s=2.5 if call.seen == 0 else 0.0),
-        (2, 2): lambda: Reply(candidates(BLOCKED)[:400], finish_reason="length") if call.attempt == 1 else Reply(candidates(BLOCKED)),
+        (2, 2): lambda: (
+            Reply(candidates(BLOCKED)[:400], finish_reason="length") if call.attempt == 1 else Reply(candidates(BLOCKED))
+        ),
         (2, 3): lambda: Reply("I cannot write this kernel."),
     }
     return script[(call.round, call.request)]()
@@ -171,9 +181,13 @@ def test_a_run_survives_every_kind_of_bad_answer_costs_it_and_replays_offline(hi
     assert replayed.returncode == 0, replayed.stderr
     again = RunStore.open(tmp_path / "replayed").events
     again_batches = {e.round: e for e in again if isinstance(e, records.CandidatesGenerated)}
-    assert {r: [c.id for c in b.candidates] for r, b in again_batches.items()} == {r: [c.id for c in b.candidates] for r, b in batches.items()}
+    assert {r: [c.id for c in b.candidates] for r, b in again_batches.items()} == {
+        r: [c.id for c in b.candidates] for r, b in batches.items()
+    }
     again_plans = {e.plan.round: e.plan for e in again if isinstance(e, records.PlanMade)}
-    assert {r: (p.decision, p.strategy) for r, p in again_plans.items()} == {r: (p.decision, p.strategy) for r, p in plans.items()}
+    assert {r: (p.decision, p.strategy) for r, p in again_plans.items()} == {
+        r: (p.decision, p.strategy) for r, p in plans.items()
+    }
     again_calls = [e for e in again if isinstance(e, records.AgentCalled)]
     assert {c.backend for c in again_calls} == {"replay"} and sum(c.cost_usd or 0 for c in again_calls) == 0
     assert [(c.round, c.role, c.sample, c.attempt, c.error is None) for c in sorted(again_calls, key=_place)] == [
@@ -200,7 +214,9 @@ def test_a_rejected_key_ends_the_run_at_its_first_request_in_one_line(hiera, tmp
     server = ChatServer(respond, key="sk-the-right-one").start()
     try:
         config = CONFIG.format(url=server.url, key_var=KEY_VAR).replace("rounds = 2", "rounds = 1")
-        (tmp_path / "hiera.toml").write_text("\n".join(line for line in config.splitlines() if not line.startswith(("base_url", "model"))))
+        (tmp_path / "hiera.toml").write_text(
+            "\n".join(line for line in config.splitlines() if not line.startswith(("base_url", "model")))
+        )
         done = hiera("--run-dir", "run", "--model", "fake-model", "--base-url", server.url, env={KEY_VAR: key})
         stopped = RunStore.open(tmp_path / "run").events
         asked = (server.unauthorized, len(server.calls))
@@ -252,7 +268,11 @@ def test_a_run_whose_every_request_fails_exits_non_zero_saying_why(hiera, tmp_pa
 
     server = ChatServer(failing, key=key).start()
     try:
-        config = CONFIG.format(url=server.url, key_var=KEY_VAR).replace("rounds = 2", "rounds = 1").replace("max_retries = 2", "max_retries = 0")
+        config = (
+            CONFIG.format(url=server.url, key_var=KEY_VAR)
+            .replace("rounds = 2", "rounds = 1")
+            .replace("max_retries = 2", "max_retries = 0")
+        )
         (tmp_path / "hiera.toml").write_text(config)
         done = hiera("--run-dir", "run", env={KEY_VAR: key})
     finally:

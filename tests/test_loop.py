@@ -49,8 +49,23 @@ def test_the_main_job_finds_a_faster_valid_kernel_and_reports_it(hiera, tmp_path
 @pytest.mark.slow
 def test_a_killed_run_resumes_without_evaluating_anything_twice(tmp_path):
     env = {**os.environ}
-    args = [str(HIERA), "--workload", "stencil2d", "--arch", "host", "--rounds", "3", "--population", "3", "--run-dir", "run", *SMALL]
-    process = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    args = [
+        str(HIERA),
+        "--workload",
+        "stencil2d",
+        "--arch",
+        "host",
+        "--rounds",
+        "3",
+        "--population",
+        "3",
+        "--run-dir",
+        "run",
+        *SMALL,
+    ]
+    process = subprocess.Popen(
+        args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     trajectory = tmp_path / "run" / "trajectory.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -77,8 +92,23 @@ def test_a_killed_run_resumes_without_evaluating_anything_twice(tmp_path):
 @pytest.mark.slow
 def test_hostile_candidates_are_recorded_with_their_reason_and_the_run_finishes(hiera, tmp_path):
     done = hiera(
-        "--workload", "stencil2d", "--arch", "host", "--rounds", "1", "--population", "6", "--backend", "scripted",
-        "--plugin", "scripted_backend", "--run-dir", "run", *SMALL, "--set", "evaluator.host-run.timeout_s=4",
+        "--workload",
+        "stencil2d",
+        "--arch",
+        "host",
+        "--rounds",
+        "1",
+        "--population",
+        "6",
+        "--backend",
+        "scripted",
+        "--plugin",
+        "scripted_backend",
+        "--run-dir",
+        "run",
+        *SMALL,
+        "--set",
+        "evaluator.host-run.timeout_s=4",
     )
     assert done.returncode == 0, done.stderr
     outcomes = {e.candidate.origin: e.evaluation for e in _evaluated(tmp_path / "run") if e.candidate.round == 1}
@@ -87,19 +117,49 @@ def test_hostile_candidates_are_recorded_with_their_reason_and_the_run_finishes(
     assert isinstance(outcomes["wrong"], records.Incorrect) and "max abs error" in outcomes["wrong"].reason
     assert isinstance(outcomes["syntax"], records.CompileFailed) and "error" in outcomes["syntax"].log
     assert isinstance(outcomes["openmp"], records.StaticRejected) and "OpenMP" in outcomes["openmp"].reason
-    assert isinstance(outcomes["writes-input"], records.Incorrect) and "input 'field' was modified" in outcomes["writes-input"].reason
+    assert (
+        isinstance(outcomes["writes-input"], records.Incorrect)
+        and "input 'field' was modified" in outcomes["writes-input"].reason
+    )
     assert "Crashed" in (tmp_path / "run" / "report.md").read_text()
 
 
 @pytest.mark.slow
 def test_fixed_space_and_no_planning_ablations(hiera, tmp_path):
-    done = hiera("--workload", "stencil2d", "--arch", "host", "--rounds", "2", "--population", "3", "--space", "pure_cuda", "--run-dir", "fixed", *SMALL)
+    done = hiera(
+        "--workload",
+        "stencil2d",
+        "--arch",
+        "host",
+        "--rounds",
+        "2",
+        "--population",
+        "3",
+        "--space",
+        "pure_cuda",
+        "--run-dir",
+        "fixed",
+        *SMALL,
+    )
     assert done.returncode == 0, done.stderr
     fixed = _evaluated(tmp_path / "fixed")
     assert {e.candidate.space for e in fixed} == {"pure_cuda"}
     assert all("omp" not in e.candidate.source for e in fixed)
 
-    done = hiera("--workload", "stencil2d", "--arch", "host", "--rounds", "2", "--population", "3", "--no-planning", "--run-dir", "free", *SMALL)
+    done = hiera(
+        "--workload",
+        "stencil2d",
+        "--arch",
+        "host",
+        "--rounds",
+        "2",
+        "--population",
+        "3",
+        "--no-planning",
+        "--run-dir",
+        "free",
+        *SMALL,
+    )
     assert done.returncode == 0, done.stderr
     events = RunStore.open(tmp_path / "free").events
     assert not any(isinstance(e, records.PlanMade) for e in events)

@@ -23,8 +23,14 @@ from hiera_core.store import RunStore
 
 
 def measured(ms: float, spread: float = 0.0, repeats: int = 50) -> records.Measured:
-    return records.Measured(latency_ms=ms, latency_p10_ms=ms - spread, latency_p90_ms=ms + spread, repeats=repeats,
-                            reference_latency_ms=10.0, max_abs_error=0.0)
+    return records.Measured(
+        latency_ms=ms,
+        latency_p10_ms=ms - spread,
+        latency_p90_ms=ms + spread,
+        repeats=repeats,
+        reference_latency_ms=10.0,
+        max_abs_error=0.0,
+    )
 
 
 def candidate(name: str) -> records.Candidate:
@@ -36,8 +42,12 @@ def test_a_child_replaces_the_incumbent_only_when_faster_beyond_the_noise():
     assert not beats(measured(0.97, spread=0.10, repeats=10), noisy)
     assert beats(measured(0.85, spread=0.10, repeats=10), noisy)
     assert beats(measured(0.99), measured(1.00))  # no spread: any gain counts
-    history = [(candidate("first"), measured(1.00, 0.1, 10)), (candidate("wrong"), records.Crashed(reason="x")),
-               (candidate("within-noise"), measured(0.97, 0.1, 10)), (candidate("slower"), measured(1.3, 0.1, 10))]
+    history = [
+        (candidate("first"), measured(1.00, 0.1, 10)),
+        (candidate("wrong"), records.Crashed(reason="x")),
+        (candidate("within-noise"), measured(0.97, 0.1, 10)),
+        (candidate("slower"), measured(1.3, 0.1, 10)),
+    ]
     engine = types.SimpleNamespace(history=history)
     assert [c.id for c in Engine.parents(engine, 3)] == ["first", "within-noise", "slower"]
     history.append((candidate("clearly-faster"), measured(0.8, 0.1, 10)))
@@ -45,7 +55,7 @@ def test_a_child_replaces_the_incumbent_only_when_faster_beyond_the_noise():
 
 
 def test_a_round_within_the_noise_is_no_gain_for_the_expert_and_in_the_prompt():
-    """"No gain" is decided against the figures' measured noise, not a fixed 5%: a round whose best is 3% faster than
+    """ "No gain" is decided against the figures' measured noise, not a fixed 5%: a round whose best is 3% faster than
     the best before it, with spreads that cover 3%, halves its direction's score and reads "no gain" to a model; a
     clear 20% is a gain for both."""
     from hiera_core.agents.prompts import _decisions_section
@@ -55,8 +65,11 @@ def test_a_round_within_the_noise_is_no_gain_for_the_expert_and_in_the_prompt():
         return records.Candidate(id=f"r{n}", source="", space="pure_cuda", round=n, direction=direction), measured(ms, 0.1, 10)
 
     expert = ExpertBackend(ExpertConfig(), context=None)
-    plan = types.SimpleNamespace(round=1, decision=types.SimpleNamespace(space="pure_cuda", direction="M", scores={"M": 0.5}),
-                                 strategy=types.SimpleNamespace(name="coalesce"))
+    plan = types.SimpleNamespace(
+        round=1,
+        decision=types.SimpleNamespace(space="pure_cuda", direction="M", scores={"M": 0.5}),
+        strategy=types.SimpleNamespace(name="coalesce"),
+    )
     for ms, stalled, words in ((0.97, "M", "no gain beyond the noise"), (0.80, None, "1.250x the best before it: a gain")):
         history = [round_of(0, "-", 1.00), round_of(1, "M", ms)]
         assert expert._stalled_direction({"history": history}) == stalled
@@ -106,9 +119,18 @@ class ReversedPlugin:
 
 @pytest.mark.slow
 def test_each_remeasurement_is_recorded_for_its_own_job_whatever_order_the_executor_yields_in(tmp_path):
-    config = load_config(tmp_path, environ={}, cli={"arch": "host", "rounds": 1, "population": 2},
-                         overrides=["workload.stencil2d.host_n=48", "run.baselines=false", "run.finalists=2",
-                                    "run.remeasure_passes=2", 'run.executor="reversed"'])
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"arch": "host", "rounds": 1, "population": 2},
+        overrides=[
+            "workload.stencil2d.host_n=48",
+            "run.baselines=false",
+            "run.finalists=2",
+            "run.remeasure_passes=2",
+            'run.executor="reversed"',
+        ],
+    )
     session = Session.create(config, make_plugin_manager(extra_plugins=[ReversedPlugin()]))
     store = create_run(session, tmp_path / "run")
     Engine(session, store).optimize()
@@ -121,9 +143,26 @@ def test_each_remeasurement_is_recorded_for_its_own_job_whatever_order_the_execu
 
 @pytest.mark.slow
 def test_the_winner_and_its_figure_come_from_interleaved_remeasurements_and_a_resume_redoes_none(tmp_path):
-    run = ["--workload", "stencil2d", "--arch", "host", "--rounds", "1", "--population", "2", "--run-dir", "run",
-           "--set", "workload.stencil2d.host_n=48", "--set", "run.baselines=false", "--set", "run.finalists=2",
-           "--set", "run.remeasure_passes=2"]
+    run = [
+        "--workload",
+        "stencil2d",
+        "--arch",
+        "host",
+        "--rounds",
+        "1",
+        "--population",
+        "2",
+        "--run-dir",
+        "run",
+        "--set",
+        "workload.stencil2d.host_n=48",
+        "--set",
+        "run.baselines=false",
+        "--set",
+        "run.finalists=2",
+        "--set",
+        "run.remeasure_passes=2",
+    ]
     done = hiera(*run, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     store = RunStore.open(tmp_path / "run")
@@ -159,7 +198,12 @@ def test_the_winner_and_its_figure_come_from_interleaved_remeasurements_and_a_re
         assert set(at) == {"space-check", "host-compile", "host-run"}
         assert at["space-check"] <= at["host-compile"] <= at["host-run"]
         [(held_from, held_to)] = e.timeline.device_held
-        assert e.timeline.stage_at["host-run"] <= held_from < held_to <= e.timeline.stage_at["host-run"] + e.stage_s["host-run"] + 0.01
+        assert (
+            e.timeline.stage_at["host-run"]
+            <= held_from
+            < held_to
+            <= e.timeline.stage_at["host-run"] + e.stage_s["host-run"] + 0.01
+        )
     assert "The device was held" in report and (tmp_path / "run" / "plots" / "timeline.png").is_file()
 
     # killed during the last re-measurement: a resume measures only what is missing, and names the same winner
@@ -197,9 +241,17 @@ def test_on_eight_cores_or_more_the_judge_that_holds_the_device_and_its_runner_g
     assert judging.timing_cores(range(16)) == (14, 15) and judging.timing_cores([0, 2, 5, 7, 9, 11, 12, 13]) == (12, 13)
     assert judging.timing_cores(range(4)) is None  # a small machine: every process shares every core
     core = max(os.sched_getaffinity(0))
-    threads = subprocess.Popen([sys.executable, "-c", "import threading, time\n"
-                                "for _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
-                                "print('up', flush=True); time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    threads = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import threading, time\n"
+            "for _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+            "print('up', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert threads.stdout.readline() == "up\n"
         assert judging.pin(threads.pid, core) == []
@@ -220,11 +272,20 @@ def test_the_runner_s_cgroup_holds_every_thread_it_starts_to_the_runner_s_timing
     try:
         spec = json.loads(cgroup.candidate_variable()[sandbox.CANDIDATE_GROUP_VARIABLE])
         group = sandbox.CandidateGroup(spec["kind"], spec["dirs"])
-        child = subprocess.Popen([sys.executable, "-c", "import os, sys, threading, time\n"
-                                  "sys.stdin.readline()\n"  # starts its threads once the group is held
-                                  "for _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
-                                  "print(os.sched_getaffinity(0), flush=True); time.sleep(30)"],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=group.enter)
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import os, sys, threading, time\n"
+                "sys.stdin.readline()\n"  # starts its threads once the group is held
+                "for _ in range(3): threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+                "print(os.sched_getaffinity(0), flush=True); time.sleep(30)",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=group.enter,
+        )
         core = max(os.sched_getaffinity(0))
         assert group.hold_to_core(core)
         child.stdin.write("go\n")
@@ -280,7 +341,10 @@ class FailsOnFreshInputs:
             if job.remeasure and FailsOnFreshInputs.wrong is None:
                 FailsOnFreshInputs.wrong = {job.candidate.id}
             if job.remeasure and (job.candidate.id in FailsOnFreshInputs.wrong or "*" in FailsOnFreshInputs.wrong):
-                yield job, Evaluated(evaluation=records.Incorrect(reason="check n=53 seed 101: max abs error 0.5", max_abs_error=0.5))
+                yield (
+                    job,
+                    Evaluated(evaluation=records.Incorrect(reason="check n=53 seed 101: max abs error 0.5", max_abs_error=0.5)),
+                )
             else:
                 yield job, pipeline.evaluate(job)
 
@@ -295,8 +359,17 @@ class ExecutorPlugin:
 def test_a_finalist_wrong_on_fresh_inputs_is_out_and_the_next_one_wins_and_with_none_left_no_winner_is_named(tmp_path):
     import hiera_core
 
-    settings = dict(workload="stencil2d", arch="host", executor="fails-on-fresh-inputs", rounds=1, population=2,
-                    finalists=2, remeasure_passes=2, baselines=False, config={"workload": {"stencil2d": {"host_n": 48}}})
+    settings = dict(
+        workload="stencil2d",
+        arch="host",
+        executor="fails-on-fresh-inputs",
+        rounds=1,
+        population=2,
+        finalists=2,
+        remeasure_passes=2,
+        baselines=False,
+        config={"workload": {"stencil2d": {"host_n": 48}}},
+    )
     FailsOnFreshInputs.wrong = None
     result = hiera_core.run(plugins=[ExecutorPlugin()], run_dir=str(tmp_path / "one"), **settings)
     [out] = FailsOnFreshInputs.wrong
@@ -305,7 +378,10 @@ def test_a_finalist_wrong_on_fresh_inputs_is_out_and_the_next_one_wins_and_with_
     assert "Incorrect: check n=53" in result.finalists[-1].reason
     remeasured = [e for e in RunStore.open(tmp_path / "one").events if isinstance(e, records.Remeasured)]
     assert sum(e.candidate_id == out for e in remeasured) == 2  # the passes run in one batch: both ran, either puts it out
-    assert f"| `{out}` |" in (tmp_path / "one" / "report.md").read_text() and "out: Incorrect" in (tmp_path / "one" / "report.md").read_text()
+    assert (
+        f"| `{out}` |" in (tmp_path / "one" / "report.md").read_text()
+        and "out: Incorrect" in (tmp_path / "one" / "report.md").read_text()
+    )
 
     FailsOnFreshInputs.wrong = {"*"}
     nobody = hiera_core.run(plugins=[ExecutorPlugin()], run_dir=str(tmp_path / "none"), **settings)
@@ -348,8 +424,12 @@ def test_a_judge_starts_while_its_candidate_compiles_and_a_broken_build_leaves_n
     cc = tmp_path / "slow-cc"
     cc.write_text(SLOW_CC.replace("{python}", sys.executable))
     cc.chmod(0o755)
-    config = load_config(tmp_path, environ={}, cli={"arch": "host"}, overrides=[
-        "workload.stencil2d.host_n=32", f"arch.host.cc={cc}", "evaluator.host-run.min_time_s=0.02"])
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"arch": "host"},
+        overrides=["workload.stencil2d.host_n=32", f"arch.host.cc={cc}", "evaluator.host-run.min_time_s=0.02"],
+    )
     session = Session.create(config, make_plugin_manager())
     [template] = session.workload.templates(session.task, "host")
     source = template.render(template.defaults())

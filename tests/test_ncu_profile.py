@@ -211,14 +211,26 @@ def test_parse_scales_auto_units_to_nanoseconds_and_bytes():
 def test_parse_keeps_the_kernels_figures_and_drops_device_facts_and_unit_extremes():
     """The H200's raw page carries ~200 device__attribute_/nvlink__ columns and the max, min and sum of every
     percentage: a prompt that quoted them all spent a third of its 37 KB on them."""
-    names = ["sm__throughput.avg.pct_of_peak_sustained_elapsed", "sm__throughput.max.pct_of_peak_sustained_elapsed",
-             "sm__throughput.min.pct_of_peak_sustained_elapsed", "sm__throughput.sum.pct_of_peak_sustained_elapsed",
-             "gpu__time_duration.sum", "gpu__time_duration.max", "device__attribute_l2_cache_size", "nvlink__count_logical",
-             "profiler__replayer_passes", "launch__grid_size"]
+    names = [
+        "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+        "sm__throughput.max.pct_of_peak_sustained_elapsed",
+        "sm__throughput.min.pct_of_peak_sustained_elapsed",
+        "sm__throughput.sum.pct_of_peak_sustained_elapsed",
+        "gpu__time_duration.sum",
+        "gpu__time_duration.max",
+        "device__attribute_l2_cache_size",
+        "nvlink__count_logical",
+        "profiler__replayer_passes",
+        "launch__grid_size",
+    ]
     header = ",".join(f'"{name}"' for name in names)
     text = f'"ID","Kernel Name",{header}\n' + '"",""' + ',""' * len(names) + '\n"0","k"' + ',"7"' * len(names) + "\n"
     (kernel,) = ncu.parse_ncu_csv(text)
-    assert sorted(kernel.metrics) == ["gpu__time_duration.sum", "launch__grid_size", "sm__throughput.avg.pct_of_peak_sustained_elapsed"]
+    assert sorted(kernel.metrics) == [
+        "gpu__time_duration.sum",
+        "launch__grid_size",
+        "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    ]
 
 
 def test_parse_finds_no_kernels_in_output_without_a_table():

@@ -66,7 +66,9 @@ def host_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("host-run")
     PromptRecorder.requests.clear()
     config = load_config(
-        tmp, environ={}, cli={"arch": "host", "rounds": 2, "population": 1, "backend": "prompt-recorder"},
+        tmp,
+        environ={},
+        cli={"arch": "host", "rounds": 2, "population": 1, "backend": "prompt-recorder"},
         overrides=["workload.stencil2d.host_n=48", "run.remeasure=false"],
     )
     session = Session.create(config, make_plugin_manager(extra_plugins=[Registers()]))
@@ -133,8 +135,15 @@ def test_the_toolchain_a_prompt_states_is_versions_and_flags_not_this_machine_s_
     assert f"torch: {toolchain['torch']}" in line and "arch_list: 9.0a" in line and "cuda_cflags: -O3" in line, line
     assert str(tmp_path) not in line and "cache_dir" not in line, line
     assert toolchain["cuda_home"] not in line or not toolchain["cuda_home"].startswith("/"), line
-    mixed = built_with({"nvcc": "12.8", "cuda_home": "None", "cuda_cflags": ["-O3", "-I/opt/cutlass/include", "--x=~/y"],
-                        "extra": "/srv/cache", "flags": "-DFOO -Wall"})
+    mixed = built_with(
+        {
+            "nvcc": "12.8",
+            "cuda_home": "None",
+            "cuda_cflags": ["-O3", "-I/opt/cutlass/include", "--x=~/y"],
+            "extra": "/srv/cache",
+            "flags": "-DFOO -Wall",
+        }
+    )
     assert mixed == "nvcc: 12.8; cuda_cflags: -O3; flags: -DFOO -Wall", mixed
 
 
@@ -146,7 +155,10 @@ def test_no_host_prompt_speaks_of_gpu_hardware_outside_the_space_names_and_the_t
             assert "on a GPU" in task  # the task's description gives both sides' grids; nothing else names a GPU
             rest = without_space_names(text.replace(task, ""))
             assert not GPU_WORDS.search(rest), (role, GPU_WORDS.search(rest).group())
-    assert "- P (Thread and core parallelism)" in prompts["ssda"][0] and "- T (SIMD FMA and instruction pipeline)" in prompts["ssda"][0]
+    assert (
+        "- P (Thread and core parallelism)" in prompts["ssda"][0]
+        and "- T (SIMD FMA and instruction pipeline)" in prompts["ssda"][0]
+    )
 
 
 # --- the workload's inputs -------------------------------------------------------------------------
@@ -163,7 +175,8 @@ def test_the_stencil_prompts_say_the_weights_are_random_and_sum_to_1_and_give_ra
         assert "`uniform`, every value uniform in [-1, 1]" in inputs and "+-[1, 100] and every other point exactly 0" in inputs
         sizes = re.search(r"checked at n = ([\d, ]+) with seeds 1, 2, 3 and both distributions, and at n = (\d+)", inputs)
         assert [int(n) for n in sizes.group(1).split(", ")] + [int(sizes.group(2))] == sorted(
-            (c["n"] for c in harness.correctness_cases(False)), key=lambda n: n == harness.n)
+            (c["n"] for c in harness.correctness_cases(False)), key=lambda n: n == harness.n
+        )
         assert f"timed at n = {harness.timing_case()['n']}" in inputs
 
 
@@ -211,8 +224,13 @@ def test_a_gemm_s_headroom_counts_the_reference_s_arithmetic_while_its_rejection
     assert level1.reference_flops(matmul, "cuda") == 2 * 8 * 6 * 4  # [8, 6] @ [6, 4]
     assert level1.reference_flops(relu, "cuda") == 0
     bytes_moved, flops = level1.work(matmul, "cuda")
-    roofline = Roofline(bytes_moved=bytes_moved, flops=flops, peak_gbps=4000.0, peak_gflops=1e-6,
-                        reference_flops=level1.reference_flops(matmul, "cuda"))
+    roofline = Roofline(
+        bytes_moved=bytes_moved,
+        flops=flops,
+        peak_gbps=4000.0,
+        peak_gflops=1e-6,
+        reference_flops=level1.reference_flops(matmul, "cuda"),
+    )
     assert roofline.floor_ms == roofline.memory_floor_ms < roofline.headroom_floor_ms == roofline.compute_headroom_ms
     text = _peaks(SimpleNamespace(roofline=roofline, task=matmul), 0.9)
     assert "The reference itself computes" in text and "cannot be faster" in text
@@ -224,15 +242,18 @@ def test_cuda_describes_a_visible_gpu_by_name_sms_memory_and_capability(monkeypa
     from hiera_plugins.cuda import architecture
 
     torch = pytest.importorskip("torch")
-    props = SimpleNamespace(name="NVIDIA H200", major=9, minor=0, multi_processor_count=132, total_memory=150 * 2**30,
-                            L2_cache_size=60 * 2**20)
+    props = SimpleNamespace(
+        name="NVIDIA H200", major=9, minor=0, multi_processor_count=132, total_memory=150 * 2**30, L2_cache_size=60 * 2**20
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
     monkeypatch.setattr(architecture, "_driver_version", lambda: "580.1")
     text = CudaArchitecture(CudaConfig(arch_list="9.0a")).describe_hardware()
-    assert text == ("GPU: NVIDIA H200 (device 0), compute capability 9.0 (built for 9.0a), 132 SMs, 150.0 GiB of device"
-                    " memory, 60.0 MiB L2; driver 580.1.")
+    assert text == (
+        "GPU: NVIDIA H200 (device 0), compute capability 9.0 (built for 9.0a), 132 SMs, 150.0 GiB of device"
+        " memory, 60.0 MiB L2; driver 580.1."
+    )
 
 
 # --- what each space admits, in the terms of the checks -----------------------------------------
@@ -256,7 +277,11 @@ def test_the_host_prompts_say_what_each_space_admits_in_the_checks_terms_with_no
     "source, what, admitted_from",
     [
         ("#include <pthread.h>\nint f(void) { return 0; }", "the pthreads library", 1),
-        ("int f(double *x) {\n#pragma omp parallel for\n for (int i = 0; i < 4; i++) x[i] = 0; return 0; }", "an OpenMP pragma", 1),
+        (
+            "int f(double *x) {\n#pragma omp parallel for\n for (int i = 0; i < 4; i++) x[i] = 0; return 0; }",
+            "an OpenMP pragma",
+            1,
+        ),
         ("#include <Python.h>\nint f(void) { return 0; }", "the Python C API", 2),
     ],
 )
@@ -340,10 +365,13 @@ def test_host_knowledge_asks_for_nothing_a_c_source_cannot_do():
         texts = [knowledge.knowledge, knowledge.rubric]
         texts += [" ".join((s.name, *s.steps, *s.constraints)) for s in knowledge.strategies_for(2)]
         for text in texts:  # no environment variable, build flag, tool run, PyTorch or GPU word
-            assert not re.search(r"OMP_[A-Z_]+=|objdump|-fopt-info|-ffast-math|torch|ATen|\bGPU|CUDA|cuDNN|shared memory|warp",
-                                 text), (name, text)
+            assert not re.search(
+                r"OMP_[A-Z_]+=|objdump|-fopt-info|-ffast-math|torch|ATen|\bGPU|CUDA|cuDNN|shared memory|warp", text
+            ), (name, text)
         assert knowledge.strategies[2] == (), f"{name}: PyTorch strategies for C on a CPU"
-    assert "proc_bind(close)" in KNOWLEDGE["P"].knowledge and "cannot set `OMP_*` environment variables" in KNOWLEDGE["P"].knowledge
+    assert (
+        "proc_bind(close)" in KNOWLEDGE["P"].knowledge and "cannot set `OMP_*` environment variables" in KNOWLEDGE["P"].knowledge
+    )
 
 
 def test_the_conformance_kit_rejects_a_description_that_is_not_a_method():
@@ -357,5 +385,6 @@ def test_the_conformance_kit_rejects_a_description_that_is_not_a_method():
 
     registers = types.SimpleNamespace(hiera_register_architectures=hookimpl(lambda: [Described]))
     problems = conformance_problems(make_plugin_manager(autoload=False, extra_plugins=[registers]))
-    assert problems == [f"architecture 'described' ({__name__}.{Described.__qualname__}): `describe_space` must be a"
-                        " method, not str 'C on a CPU'"]
+    assert problems == [
+        f"architecture 'described' ({__name__}.{Described.__qualname__}): `describe_space` must be a method, not str 'C on a CPU'"
+    ]

@@ -35,17 +35,34 @@ closing its stdin."""
 
 HOST = ["--arch", "host", "--no-remeasure", "--set", "run.baselines=false"]
 RUN = ["--workload", "stencil2d", *HOST, "--set", "workload.stencil2d.host_n=96"]
-SUITE = ["--workload", "multistencil", "--plugin", "multi_stencil", *HOST, "--rounds", "1", "--population", "2",
-         "--set", "workload.multistencil.host_n=48", "--all-tasks"]
+SUITE = [
+    "--workload",
+    "multistencil",
+    "--plugin",
+    "multi_stencil",
+    *HOST,
+    "--rounds",
+    "1",
+    "--population",
+    "2",
+    "--set",
+    "workload.multistencil.host_n=48",
+    "--all-tasks",
+]
 
 
 @pytest.fixture(scope="module")
 def cluster():
     """(the `--set` options that point hiera at the cluster, the environment it needs, the head process)."""
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))}
-    head = subprocess.Popen([sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")])),
+    }
+    head = subprocess.Popen(
+        [sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
     address = head.stdout.readline().strip()
     assert address, "the Ray head did not start"
     yield ["--set", "run.executor=ray", "--set", f'executor.ray.address="{address}"'], env, head
@@ -61,8 +78,11 @@ def _decisions(run_dir: Path):
     """What the search decided: each round's candidates (in the order generated), its plan, each candidate's outcome."""
     events = RunStore.open(run_dir).events
     batches = [[c.id for c in e.candidates] for e in events if isinstance(e, records.CandidatesGenerated)]
-    plans = [(e.plan.round, e.plan.decision.space, e.plan.decision.direction, e.plan.strategy.name)
-             for e in events if isinstance(e, records.PlanMade)]
+    plans = [
+        (e.plan.round, e.plan.decision.space, e.plan.decision.direction, e.plan.strategy.name)
+        for e in events
+        if isinstance(e, records.PlanMade)
+    ]
     outcomes = {e.candidate.id: type(e.evaluation).__name__ for e in events if isinstance(e, records.CandidateEvaluated)}
     return batches, plans, outcomes
 
@@ -117,9 +137,27 @@ def test_a_suite_runs_its_tasks_at_once_on_the_cluster_as_local_runs_them_one_by
 def test_device_stages_go_to_a_worker_holding_the_accelerator_after_the_build(cluster, tmp_path):
     """A GPU's path on a CPU: an architecture whose device stages need `FAKE`, which the cluster has one of."""
     flags, env, _ = cluster
-    done = run_hiera("--workload", "stencil2d", "--plugin", "accelerated_host", "--arch", "host-accelerated", "--rounds", "1",
-                     "--population", "2", "--set", "run.baselines=false",
-                     "--set", "workload.stencil2d.host_n=96", *flags, "--run-dir", "run", cwd=tmp_path, env=env)
+    done = run_hiera(
+        "--workload",
+        "stencil2d",
+        "--plugin",
+        "accelerated_host",
+        "--arch",
+        "host-accelerated",
+        "--rounds",
+        "1",
+        "--population",
+        "2",
+        "--set",
+        "run.baselines=false",
+        "--set",
+        "workload.stencil2d.host_n=96",
+        *flags,
+        "--run-dir",
+        "run",
+        cwd=tmp_path,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     evaluated = _evaluated(tmp_path / "run")
     assert len(evaluated) == 3 and all(isinstance(e.evaluation, records.Measured) for e in evaluated)
@@ -163,8 +201,19 @@ def test_a_worker_killed_mid_run_costs_at_most_its_candidate_and_nothing_is_eval
     """Killed once: with a retry (the default) the candidate is evaluated elsewhere; without one it is recorded as
     Crashed with Ray's reason. Either way every candidate is recorded, once."""
     flags, env, head = cluster
-    args = [str(HIERA), *RUN, "--rounds", "1", "--population", "4", *flags, "--set", f"executor.ray.retries={retries}",
-            "--run-dir", "run"]
+    args = [
+        str(HIERA),
+        *RUN,
+        "--rounds",
+        "1",
+        "--population",
+        "4",
+        *flags,
+        "--set",
+        f"executor.ray.retries={retries}",
+        "--run-dir",
+        "run",
+    ]
     run = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         killed, deadline = None, time.time() + 240
@@ -210,8 +259,14 @@ def test_a_plugin_passed_as_an_object_cannot_travel_to_a_worker_and_says_so(tmp_
             return []
 
     with pytest.raises(CannotTravel, match=r"plugin Lab was registered as an object.*register its module instead"):
-        hiera_core.run(workload="stencil2d", arch="host", executor="ray", plugins=[Lab()], run_dir=str(tmp_path / "run"),
-                       config={"executor": {"ray": {"address": "127.0.0.1:9"}}})
+        hiera_core.run(
+            workload="stencil2d",
+            arch="host",
+            executor="ray",
+            plugins=[Lab()],
+            run_dir=str(tmp_path / "run"),
+            config={"executor": {"ray": {"address": "127.0.0.1:9"}}},
+        )
     assert not (tmp_path / "run").exists()
 
 
@@ -226,8 +281,9 @@ def test_a_worker_whose_sandbox_holds_less_than_the_runs_machine_evaluates_nothi
     source, _params, _origin = session.workload.seed(session.task, "host")
     candidate = records.Candidate(id=candidate_id(source, contract, toolchain), source=source, space="pure_cuda", round=0)
     job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=None, workdir=tmp_path / "run")
-    here = records.Protection(pid_namespace=False, network_namespace=False, read_only_root=False, dropped_capabilities=True,
-                              cgroup=None)
+    here = records.Protection(
+        pid_namespace=False, network_namespace=False, read_only_root=False, dropped_capabilities=True, cgroup=None
+    )
     monkeypatch.setattr(sandbox, "protection", lambda: here)
     answer = decode_answer(evaluate_elsewhere(session.pipeline.request(job), tmp_path / "worker"))
     assert isinstance(answer.evaluation, records.Crashed)

@@ -232,9 +232,22 @@ def test_fuse_steps_runs_two_steps_per_launch_in_the_ring_only_when_there_are_st
     (tmp_path / "fused.cu").write_text(fused)
     includes = [f"-I{path}" for path in cpp_extension.include_paths()]
     ptxas = subprocess.run(
-        [str(cuda_home / "bin" / "nvcc"), "-cubin", "-std=c++20", "-O3", "-arch=sm_90", "-Xptxas", "-v", *includes,
-         str(tmp_path / "fused.cu"), "-o", str(tmp_path / "fused.cubin")],
-        capture_output=True, text=True, timeout=900,
+        [
+            str(cuda_home / "bin" / "nvcc"),
+            "-cubin",
+            "-std=c++20",
+            "-O3",
+            "-arch=sm_90",
+            "-Xptxas",
+            "-v",
+            *includes,
+            str(tmp_path / "fused.cu"),
+            "-o",
+            str(tmp_path / "fused.cubin"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert ptxas.returncode == 0, ptxas.stderr[-3000:]
     report = ptxas.stderr.split("stencil_two_steps", 1)[1].split("Compiling entry function", 1)[0]
@@ -254,8 +267,14 @@ def test_the_most_complex_kernel_builds(tmp_path):
     t = task()
     source = TEMPLATE.render(params(tiling="ring", ring_columns=4, ring_threads=256, boundary="split", vector_loads=True))
     job = EvalJob(
-        candidate=Candidate(id="ring", source=source, space="pure_cuda", round=1), task=t,
-        contract=cuda.contract(t), arch="cuda", space_rank=0, workdir=tmp_path, workload_factory="", workload_config={},
+        candidate=Candidate(id="ring", source=source, space="pure_cuda", round=1),
+        task=t,
+        contract=cuda.contract(t),
+        arch="cuda",
+        space_rank=0,
+        workdir=tmp_path,
+        workload_factory="",
+        workload_config={},
         toolchain=arch.toolchain(),
     )
     built = build_candidate(job, timeout_s=900)

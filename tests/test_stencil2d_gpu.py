@@ -37,13 +37,24 @@ COVERING = {
     "stream-64x4-t8": {"tiling": "smem_stream", "block": "64x4", "outputs_per_thread": 8},
     "stream-32x8-t16-split-vec": {"tiling": "smem_stream", "outputs_per_thread": 16, "boundary": "split", "vector_loads": True},
     "stream-32x16-t16-split-vec": {  # an 80 KB tile: dynamic shared memory beyond the 48 KB default
-        "tiling": "smem_stream", "block": "32x16", "outputs_per_thread": 16, "boundary": "split", "vector_loads": True},
+        "tiling": "smem_stream",
+        "block": "32x16",
+        "outputs_per_thread": 16,
+        "boundary": "split",
+        "vector_loads": True,
+    },
     "ring": {"tiling": "ring"},
     "ring-split-vec": {"tiling": "ring", "boundary": "split", "vector_loads": True},
     "ring-64-60-s3-vec": {"tiling": "ring", "ring_threads": 64, "strip_rows": 60, "ring_stages": 3, "vector_loads": True},
     "ring-w4-256-240-s6-split-vec": {  # a 49.5 KB ring: dynamic shared memory beyond the 48 KB default
-        "tiling": "ring", "ring_columns": 4, "ring_threads": 256, "strip_rows": 240, "ring_stages": 6, "boundary": "split",
-        "vector_loads": True},
+        "tiling": "ring",
+        "ring_columns": 4,
+        "ring_threads": 256,
+        "strip_rows": 240,
+        "ring_stages": 6,
+        "boundary": "split",
+        "vector_loads": True,
+    },
     "cudnn": {"cudnn": True},
     "aten-conv2d": {"aten": "conv2d"},
     "aten-fft": {"aten": "fft"},
@@ -56,7 +67,10 @@ FUSED = "ring-split-vec-fused"
 VARIANTS = {**COVERING, FUSED: {**COVERING[BEST], "fuse_steps": True}}
 """COVERING and the best kernel with two steps per launch, which only exists with steps > 1."""
 SHAPES = {
-    (1, 2): ("naive", BEST, FUSED), (2, 3): ("naive", BEST, FUSED), (3, 2): (FUSED,), (4, 3): (FUSED,),
+    (1, 2): ("naive", BEST, FUSED),
+    (2, 3): ("naive", BEST, FUSED),
+    (3, 2): (FUSED,),
+    (4, 3): (FUSED,),
     (4, 1): ("naive", BEST),
 }
 """(radius, steps) beyond (3, 1) -> the variants checked there: even and odd steps test the ping-pong, and
@@ -64,9 +78,13 @@ the fused kernel's single-step launch for an odd last step; the odd check sizes 
 to one step per launch."""
 N = 1000
 FAST = [
-    f"workload.stencil2d.n={N}", "executor.local.workers=8", "evaluator.cuda-run.timeout_s=300",
-    "evaluator.cuda-run.repeats=20", "evaluator.cuda-run.min_reference_repeats=3",
-    "evaluator.cuda-run.reference_budget_s=0.2", "evaluator.cuda-profile.enabled=false",
+    f"workload.stencil2d.n={N}",
+    "executor.local.workers=8",
+    "evaluator.cuda-run.timeout_s=300",
+    "evaluator.cuda-run.repeats=20",
+    "evaluator.cuda-run.min_reference_repeats=3",
+    "evaluator.cuda-run.reference_budget_s=0.2",
+    "evaluator.cuda-profile.enabled=false",
 ]
 
 
@@ -99,11 +117,21 @@ def evaluations(tmp_path_factory):
             params = {**template.defaults(), **VARIANTS[name]}
             source = template.render(params)
             candidate = records.Candidate(
-                id=candidate_id(source, contract, toolchain), source=source, space=_home_space(session, template, params),
-                round=1, origin=template.describe(params), params=params,
+                id=candidate_id(source, contract, toolchain),
+                source=source,
+                space=_home_space(session, template, params),
+                round=1,
+                origin=template.describe(params),
+                params=params,
             )
-            job = new_job(session, candidate, contract=contract, toolchain=toolchain, roofline=None,
-                          workdir=root / f"r{radius}-s{steps}" / name)
+            job = new_job(
+                session,
+                candidate,
+                contract=contract,
+                toolchain=toolchain,
+                roofline=None,
+                workdir=root / f"r{radius}-s{steps}" / name,
+            )
             jobs[job.workdir] = (radius, steps, name, session, job)
     # the sessions differ only in the workload's table, which each job carries: one pipeline evaluates them all
     results = sessions[3, 1].executor.run([job for *_, job in jobs.values()], sessions[3, 1].pipeline)
@@ -120,7 +148,9 @@ def _print_table(evaluated):
     print(f"{'r':>2} {'steps':>5}  {'variant':<28} {'outcome':<10} {'ms':>9} {'conv2d ms':>10}  origin")
     for (radius, steps, name), (origin, e) in sorted(evaluated.items()):
         if isinstance(e, records.Measured):
-            print(f"{radius:>2} {steps:>5}  {name:<28} {'measured':<10} {e.latency_ms:>9.4f} {e.reference_latency_ms:>10.4f}  {origin}")
+            print(
+                f"{radius:>2} {steps:>5}  {name:<28} {'measured':<10} {e.latency_ms:>9.4f} {e.reference_latency_ms:>10.4f}  {origin}"
+            )
         else:
             why = getattr(e, "reason", "") or getattr(e, "log", "")
             print(f"{radius:>2} {steps:>5}  {name:<28} {type(e).__name__:<10} {'':>9} {'':>10}  {origin}: {why[:300]}")

@@ -12,8 +12,21 @@ from conftest import HIERA, PLUGINS, run_hiera
 from hiera_core import records
 from hiera_core.store import RunStore
 
-TWO_TASKS = ["--workload", "multistencil", "--plugin", "multi_stencil", "--arch", "host", "--rounds", "1",
-             "--population", "2", "--no-remeasure", "--set", "workload.multistencil.host_n=48"]
+TWO_TASKS = [
+    "--workload",
+    "multistencil",
+    "--plugin",
+    "multi_stencil",
+    "--arch",
+    "host",
+    "--rounds",
+    "1",
+    "--population",
+    "2",
+    "--no-remeasure",
+    "--set",
+    "workload.multistencil.host_n=48",
+]
 
 
 @pytest.mark.slow
@@ -89,12 +102,15 @@ def test_the_suite_report_compares_space_policies_like_figure_4(tmp_path):
     report = run_hiera("report", "adaptive", "fixed", "--out", "both", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     text = (tmp_path / "both" / "suite.md").read_text()
-    assert "| stencil2d | hiera, expert | adaptive | 2 | 100 / " in text and "| stencil2d | hiera, expert | pure_cuda | 2 | 100 / " in text
+    assert (
+        "| stencil2d | hiera, expert | adaptive | 2 | 100 / " in text
+        and "| stencil2d | hiera, expert | pure_cuda | 2 | 100 / " in text
+    )
     assert "- hardware:" in text and "- timing:" in text and "tolerance: the workload's own" in text
     assert text.count("| stencil2d | box3x3-n10240-s1 |") == 2 and "| fixed/box3x3-n10240-s1 |" in text  # a row per run
     assert (tmp_path / "both" / "plots" / "speedup_by_policy.png").stat().st_size > 10_000
     assert "fast_p (% of tasks" in report.stdout
-    paired = text[text.index("## Planners compared"):text.index("## Costs")]
+    paired = text[text.index("## Planners compared") : text.index("## Costs")]
     assert "| stencil2d | hiera, expert, adaptive | hiera, expert, pure_cuda | 2 |" in paired, paired
 
 
@@ -110,9 +126,17 @@ def test_fast_1_by_a_margin_that_noise_can_give_is_counted_beside_it():
     from hiera_core.suite import TaskResult, _table2, _table2_beyond_noise
 
     def result(task, speedup):
-        return TaskResult(group="kernelbench level 1", policy="adaptive", task=task, run_dir=Path(task), evaluated=1,
-                          fast={18: (True, speedup > 1, speedup > 2)}, best_speedup={18: speedup}, best_ms=1.0,
-                          reference_ms=speedup)
+        return TaskResult(
+            group="kernelbench level 1",
+            policy="adaptive",
+            task=task,
+            run_dir=Path(task),
+            evaluated=1,
+            fast={18: (True, speedup > 1, speedup > 2)},
+            best_speedup={18: speedup},
+            best_ms=1.0,
+            reference_ms=speedup,
+        )
 
     results = [result("a", 1.004), result("b", 1.3), result("c", 0.98), result("d", 2.06)]
     table = _table2(results, (18,))
@@ -125,9 +149,18 @@ def test_the_torch_compile_baseline_of_the_re_measurement_is_a_column_of_its_own
     from hiera_core.suite import TaskResult, _per_task
 
     def result(task, compiled_ms):
-        return TaskResult(group="kernelbench level 2", policy="adaptive", task=task, run_dir=Path("l2") / task, evaluated=2,
-                          fast={18: (True, True, False)}, best_speedup={18: 1.1}, best_ms=2.0, reference_ms=2.2,
-                          compiled_ms=compiled_ms)
+        return TaskResult(
+            group="kernelbench level 2",
+            policy="adaptive",
+            task=task,
+            run_dir=Path("l2") / task,
+            evaluated=2,
+            fast={18: (True, True, False)},
+            best_speedup={18: 1.1},
+            best_ms=2.0,
+            reference_ms=2.2,
+            compiled_ms=compiled_ms,
+        )
 
     rows = _per_task([result("1_Conv", 1.5), result("2_Gemm", None)], (18,))
     assert "| torch.compile (ms) | vs torch.compile |" in rows[2]
@@ -141,14 +174,23 @@ def test_a_run_that_stopped_before_its_end_is_listed_but_not_counted_as_a_failur
     from hiera_core.suite import TaskResult, _per_task, _table2
 
     def result(task, finished):
-        return TaskResult(group="kernelbench level 2", policy="adaptive", task=task, run_dir=Path("l2") / task,
-                          evaluated=1 if finished else 0, fast={18: (finished, finished, False)},
-                          best_speedup={18: 1.1 if finished else None}, best_ms=1.0 if finished else None,
-                          reference_ms=1.1 if finished else None, finished=finished)
+        return TaskResult(
+            group="kernelbench level 2",
+            policy="adaptive",
+            task=task,
+            run_dir=Path("l2") / task,
+            evaluated=1 if finished else 0,
+            fast={18: (finished, finished, False)},
+            best_speedup={18: 1.1 if finished else None},
+            best_ms=1.0 if finished else None,
+            reference_ms=1.1 if finished else None,
+            finished=finished,
+        )
 
     results = [result("1_Conv", True), result("78_ConvTranspose3d", False)]
     assert "| kernelbench level 2 | hiera, expert | adaptive | 1 (+1 unfinished, not counted) | 100 / 100 / 0 |" in "\n".join(
-        _table2(results, (18,)))
+        _table2(results, (18,))
+    )
     assert "| 78_ConvTranspose3d | hiera, expert | adaptive | 0 (unfinished) | - |" in "\n".join(_per_task(results, (18,)))
     only = _table2([result("78_ConvTranspose3d", False)], (18,))
     assert "| kernelbench level 2 | hiera, expert | adaptive | 0 (+1 unfinished, not counted) | - | - | - | - |" in only[-1]
@@ -158,10 +200,19 @@ def _kb(task, planner, speedup, *, compiled_ms=None, policy="adaptive"):
     from hiera_core.suite import TaskResult
 
     valid = speedup is not None
-    return TaskResult(group="kernelbench level 1", planner=planner, policy=policy, task=task, run_dir=Path(task),
-                      evaluated=18, fast={18: (valid, valid and speedup > 1, valid and speedup > 2)},
-                      best_speedup={18: speedup}, best_ms=1.0 if valid else None, reference_ms=speedup,
-                      compiled_ms=compiled_ms)
+    return TaskResult(
+        group="kernelbench level 1",
+        planner=planner,
+        policy=policy,
+        task=task,
+        run_dir=Path(task),
+        evaluated=18,
+        fast={18: (valid, valid and speedup > 1, valid and speedup > 2)},
+        best_speedup={18: speedup},
+        best_ms=1.0 if valid else None,
+        reference_ms=speedup,
+        compiled_ms=compiled_ms,
+    )
 
 
 def test_each_share_and_speedup_comes_with_a_bootstrap_interval_over_the_tasks():
@@ -172,7 +223,7 @@ def test_each_share_and_speedup_comes_with_a_bootstrap_interval_over_the_tasks()
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert cells[:4] == ["kernelbench level 1", "hiera, exchange", "adaptive", "5"]
     assert cells[4].startswith("80 [") and cells[5].startswith("40 [") and cells[6].startswith("20 [")
-    low, high = (float(x) for x in cells[5][cells[5].index("[") + 1:-1].split("–"))
+    low, high = (float(x) for x in cells[5][cells[5].index("[") + 1 : -1].split("–"))
     assert low == 0 and high == 80  # five tasks: a resample can hold none of the two faster ones, or four of them
     assert cells[9].startswith(f"{(1.0 * 1.2 * 3.0 * 0.9) ** 0.25:.2f}× [")  # over the four tasks with a valid candidate
     assert cells[11] == "0.50× [0.50×–0.50×]"  # torch.compile 0.5 ms, every winner 1 ms
@@ -184,10 +235,17 @@ def test_each_share_and_speedup_comes_with_a_bootstrap_interval_over_the_tasks()
 def test_two_planners_are_compared_on_the_tasks_both_ran_task_by_task():
     from hiera_core.suite import _paired
 
-    ours = [_kb("a", "hiera, exchange", 2.0), _kb("b", "hiera, exchange", 1.5), _kb("c", "hiera, exchange", 1.2),
-            _kb("only-ours", "hiera, exchange", 9.0)]
-    theirs = [_kb("a", "cudaforge, exchange", 1.0, policy="pure_cuda"), _kb("b", "cudaforge, exchange", 1.5, policy="pure_cuda"),
-              _kb("c", "cudaforge, exchange", 0.6, policy="pure_cuda")]
+    ours = [
+        _kb("a", "hiera, exchange", 2.0),
+        _kb("b", "hiera, exchange", 1.5),
+        _kb("c", "hiera, exchange", 1.2),
+        _kb("only-ours", "hiera, exchange", 9.0),
+    ]
+    theirs = [
+        _kb("a", "cudaforge, exchange", 1.0, policy="pure_cuda"),
+        _kb("b", "cudaforge, exchange", 1.5, policy="pure_cuda"),
+        _kb("c", "cudaforge, exchange", 0.6, policy="pure_cuda"),
+    ]
     # the same winners' time (1 ms) on every run: the speedups differ by the reference's figure; make the winners differ
     theirs = [attrs_evolve(r, best_ms=ours_r.reference_ms / r.reference_ms) for r, ours_r in zip(theirs, ours)]
     [row] = [line for line in _paired(ours + theirs, 18) if line.startswith("| kernelbench")]

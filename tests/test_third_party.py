@@ -147,7 +147,7 @@ def hiera_register_workloads():
     return [Scale]
 '''
 
-PYPROJECT = '''
+PYPROJECT = """
 [build-system]
 requires = ["setuptools"]
 build-backend = "setuptools.build_meta"
@@ -158,7 +158,7 @@ version = "0.3.0"
 
 [project.entry-points.hiera]
 acme = "hiera_acme"
-'''
+"""
 
 
 def pip_install(tmp_path, distribution: str, package: str, code: str) -> dict[str, str]:
@@ -167,12 +167,26 @@ def pip_install(tmp_path, distribution: str, package: str, code: str) -> dict[st
     source = tmp_path / distribution
     (source / package).mkdir(parents=True)
     entry = distribution.removeprefix("hiera-")
-    (source / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT).replace('name = "hiera-acme"', f'name = "{distribution}"')
-                                           .replace('acme = "hiera_acme"', f'{entry} = "{package}"'))
+    (source / "pyproject.toml").write_text(
+        textwrap.dedent(PYPROJECT)
+        .replace('name = "hiera-acme"', f'name = "{distribution}"')
+        .replace('acme = "hiera_acme"', f'{entry} = "{package}"')
+    )
     (source / package / "__init__.py").write_text(code)
     site = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(site), str(source)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(source),
+        ],
         check=True,
     )
     return {"PYTHONPATH": str(site)}
@@ -187,7 +201,9 @@ def test_a_pip_installed_plugin_shows_up_and_runs(tmp_path):
     assert "acme  (hiera-acme 0.3.0; entry point acme = hiera_acme)" in listing.stdout
     assert "directions: V" in listing.stdout and "workloads: scale" in listing.stdout
 
-    done = run_hiera("--workload", "scale", "--arch", "host", "--rounds", "1", "--population", "2", "--run-dir", "run", cwd=tmp_path, env=env)
+    done = run_hiera(
+        "--workload", "scale", "--arch", "host", "--rounds", "1", "--population", "2", "--run-dir", "run", cwd=tmp_path, env=env
+    )
     assert done.returncode == 0, done.stderr
     events = RunStore.open(tmp_path / "run").events
     [plan] = [e.plan for e in events if isinstance(e, records.PlanMade)]
@@ -211,16 +227,24 @@ def test_a_run_recorded_before_a_direction_was_installed_replays_only_without_it
         f"hiera: error: {tmp_path / 'recorded'} cannot be replayed with direction(s) V: its plans scored only C, M, P, R, T,"
         " and no recorded answer scores the others; replay it without them: HIERA_DISABLE_PLUGINS=acme"
     ]
-    replayed = run_hiera("run", "--replay", "recorded", "--run-dir", "again", cwd=tmp_path, env={**env, "HIERA_DISABLE_PLUGINS": "acme"})
+    replayed = run_hiera(
+        "run", "--replay", "recorded", "--run-dir", "again", cwd=tmp_path, env={**env, "HIERA_DISABLE_PLUGINS": "acme"}
+    )
     assert replayed.returncode == 0, replayed.stderr
-    decisions = [[e.plan.decision for e in RunStore.open(tmp_path / run).events if isinstance(e, records.PlanMade)]
-                 for run in ("recorded", "again")]
+    decisions = [
+        [e.plan.decision for e in RunStore.open(tmp_path / run).events if isinstance(e, records.PlanMade)]
+        for run in ("recorded", "again")
+    ]
     assert len(decisions[0]) == 1 and decisions[1] == decisions[0]
 
-    gone = run_hiera("run", "--replay", "recorded", "--run-dir", "later", cwd=tmp_path, env={"HIERA_DISABLE_PLUGINS": "direction-t"})
+    gone = run_hiera(
+        "run", "--replay", "recorded", "--run-dir", "later", cwd=tmp_path, env={"HIERA_DISABLE_PLUGINS": "direction-t"}
+    )
     assert gone.returncode == 2
-    assert gone.stderr.splitlines() == [f"hiera: error: {tmp_path / 'recorded'} cannot be replayed: its plans scored"
-                                        " direction(s) T, which no installed plugin provides now"]
+    assert gone.stderr.splitlines() == [
+        f"hiera: error: {tmp_path / 'recorded'} cannot be replayed: its plans scored"
+        " direction(s) T, which no installed plugin provides now"
+    ]
 
 
 ARCH_PLUGIN = '''
@@ -299,8 +323,24 @@ def test_a_pip_installed_architecture_and_space_run_the_host_loop_under_their_ow
     listing = run_hiera("plugins", cwd=tmp_path, env=env)
     assert "architectures: acme-cpu" in listing.stdout and "spaces: acme_asm" in listing.stdout, listing.stdout + listing.stderr
 
-    done = run_hiera("--workload", "stencil2d", "--arch", "acme-cpu", "--space", "acme_asm", "--rounds", "1", "--population", "2",
-                     "--set", "workload.stencil2d.host_n=64", "--run-dir", "run", cwd=tmp_path, env=env)
+    done = run_hiera(
+        "--workload",
+        "stencil2d",
+        "--arch",
+        "acme-cpu",
+        "--space",
+        "acme_asm",
+        "--rounds",
+        "1",
+        "--population",
+        "2",
+        "--set",
+        "workload.stencil2d.host_n=64",
+        "--run-dir",
+        "run",
+        cwd=tmp_path,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "on acme-cpu" in done.stdout
     store = RunStore.open(tmp_path / "run")
@@ -310,11 +350,22 @@ def test_a_pip_installed_architecture_and_space_run_the_host_loop_under_their_ow
     assert any(isinstance(e.evaluation, records.Measured) for e in evaluated)
 
     asm = tmp_path / "asm.c"
-    asm.write_text("int hiera_stencil2d(void) { __asm__(\"nop\"); return 0; }\n")
-    checked = run_hiera("eval", str(asm), "--workload", "stencil2d", "--arch", "acme-cpu", "--space", "cuda_libraries",
-                        "--set", "workload.stencil2d.host_n=64", cwd=tmp_path, env=env)
+    asm.write_text('int hiera_stencil2d(void) { __asm__("nop"); return 0; }\n')
+    checked = run_hiera(
+        "eval",
+        str(asm),
+        "--workload",
+        "stencil2d",
+        "--arch",
+        "acme-cpu",
+        "--space",
+        "cuda_libraries",
+        "--set",
+        "workload.stencil2d.host_n=64",
+        cwd=tmp_path,
+        env=env,
+    )
     assert "uses inline assembly" in checked.stdout + checked.stderr
-
 
 
 DIRECTION_PLUGIN = '''
@@ -391,8 +442,20 @@ def test_a_pip_installed_direction_steers_existing_knobs_and_the_expert_picks_it
     env = pip_install(tmp_path, "hiera-occupancy", "hiera_occupancy", DIRECTION_PLUGIN)
     env = {"PYTHONPATH": env["PYTHONPATH"]}
     pip_install(tmp_path, "hiera-nothing", "hiera_nothing", NOTHING_PLUGIN)  # into the same folder
-    small = ["--workload", "stencil2d", "--arch", "host", "--set", "workload.stencil2d.host_n=256", "--set", "run.remeasure=false",
-             "--rounds", "1", "--population", "2"]
+    small = [
+        "--workload",
+        "stencil2d",
+        "--arch",
+        "host",
+        "--set",
+        "workload.stencil2d.host_n=256",
+        "--set",
+        "run.remeasure=false",
+        "--rounds",
+        "1",
+        "--population",
+        "2",
+    ]
     done = run_hiera(*small, "--run-dir", "run", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     events = RunStore.open(tmp_path / "run").events
@@ -410,9 +473,18 @@ def test_a_pip_installed_direction_steers_existing_knobs_and_the_expert_picks_it
     [plan] = [e.plan for e in events if isinstance(e, records.PlanMade)]
     assert plan.decision.exhausted and plan.strategy.name == "none: every direction scored 0"
     assert [e.notes for e in events if isinstance(e, records.CandidatesGenerated) and e.round == 1] == [
-        [f"the search stops: the planner scored every direction 0 ({plan.decision.rationale})"]]
+        [f"the search stops: the planner scored every direction 0 ({plan.decision.rationale})"]
+    ]
 
-    none = run_hiera(*small, "--run-dir", "none", cwd=tmp_path, env={**only_z, "HIERA_DISABLE_PLUGINS": only_z["HIERA_DISABLE_PLUGINS"] + ",nothing"})
+    none = run_hiera(
+        *small,
+        "--run-dir",
+        "none",
+        cwd=tmp_path,
+        env={**only_z, "HIERA_DISABLE_PLUGINS": only_z["HIERA_DISABLE_PLUGINS"] + ",nothing"},
+    )
     assert none.returncode == 2 and not (tmp_path / "none").exists()
-    assert none.stderr.splitlines() == ["hiera: error: the 'hiera' search plans by direction, and no direction plugin is"
-                                        " installed or enabled (see HIERA_DISABLE_PLUGINS)"]
+    assert none.stderr.splitlines() == [
+        "hiera: error: the 'hiera' search plans by direction, and no direction plugin is"
+        " installed or enabled (see HIERA_DISABLE_PLUGINS)"
+    ]

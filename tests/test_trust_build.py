@@ -68,9 +68,16 @@ def outside(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
     root = tmp_path_factory.mktemp("trust-build")
-    config = load_config(root, environ={}, cli={"arch": "host"}, overrides=[
-        "workload.stencil2d.host_n=64", "workload.stencil2d.radius=1", "evaluator.host-compile.timeout_s=30",
-    ])
+    config = load_config(
+        root,
+        environ={},
+        cli={"arch": "host"},
+        overrides=[
+            "workload.stencil2d.host_n=64",
+            "workload.stencil2d.radius=1",
+            "evaluator.host-compile.timeout_s=30",
+        ],
+    )
     return Session.create(config, make_plugin_manager()), root
 
 
@@ -108,9 +115,15 @@ def test_an_include_outside_the_allowed_roots_is_rejected_before_compiling(sessi
         assert MARKER not in text and "root:x:0:0" not in text and "[build-system]" not in text
 
 
-@pytest.mark.parametrize("target, words", [
-    ("/dev/zero", "device"), ("/dev/stdin", "device"), ("/proc/self/environ", "/proc"), ("OUTSIDE/pipe.h", "FIFO"),
-])
+@pytest.mark.parametrize(
+    "target, words",
+    [
+        ("/dev/zero", "device"),
+        ("/dev/stdin", "device"),
+        ("/proc/self/environ", "/proc"),
+        ("OUTSIDE/pipe.h", "FIFO"),
+    ],
+)
 @pytest.mark.parametrize("hidden", [False, True], ids=["literal", "macro"])
 def test_an_include_that_never_ends_is_rejected_in_bounded_time(session, outside, target, words, hidden):
     target = target.replace("OUTSIDE", str(outside))
@@ -143,11 +156,14 @@ def test_a_huge_compile_log_is_cut_to_its_head_and_tail(session):
     assert "\x1b" not in log
 
 
-@pytest.mark.parametrize("leaves, words", [
-    ("directory", "a directory where the library should be"),
-    ("symlink", "a symbolic link where the library should be"),
-    ("nothing", "no library"),
-])
+@pytest.mark.parametrize(
+    "leaves, words",
+    [
+        ("directory", "a directory where the library should be"),
+        ("symlink", "a symbolic link where the library should be"),
+        ("nothing", "no library"),
+    ],
+)
 def test_a_build_that_leaves_no_regular_library_gets_a_verdict(tmp_path, leaves, words):
     """A compiler that exits 0 but leaves a directory, a link or nothing at the library's path: a verdict on the
     candidate, never "evaluator failed" (the judge would have copied whatever was there)."""
@@ -158,8 +174,12 @@ while [ "$#" -gt 1 ]; do [ "$1" = -o ] && out="$2"; shift; done
 case {leaves} in directory) mkdir -p "$out";; symlink) ln -s /etc/passwd "$out";; esac
 """)
     compiler.chmod(0o755)
-    config = load_config(tmp_path, environ={}, cli={"arch": "host"}, overrides=[
-        "workload.stencil2d.host_n=64", f"arch.host.cc={json.dumps(str(compiler))}"])
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"arch": "host"},
+        overrides=["workload.stencil2d.host_n=64", f"arch.host.cc={json.dumps(str(compiler))}"],
+    )
     session = Session.create(config, make_plugin_manager())
     _, evaluation = evaluate_source(session, HONEST, space="pure_cuda", workdir=tmp_path / "runs")
     assert isinstance(evaluation, records.CompileFailed), evaluation
@@ -167,18 +187,30 @@ case {leaves} in directory) mkdir -p "$out";; symlink) ln -s /etc/passwd "$out";
 
 
 def test_the_compiler_s_memory_and_file_size_are_limited_with_or_without_a_cgroup(tmp_path):
-    eat = run_sandboxed([sys.executable, "-c", "b = bytearray(1 << 30); print('allocated')"], cwd=tmp_path / "eat",
-                        timeout_s=60, memory_bytes=256 << 20)
+    eat = run_sandboxed(
+        [sys.executable, "-c", "b = bytearray(1 << 30); print('allocated')"],
+        cwd=tmp_path / "eat",
+        timeout_s=60,
+        memory_bytes=256 << 20,
+    )
     assert eat.returncode != 0 and "allocated" not in eat.stdout
-    write = run_sandboxed([sys.executable, "-c", "open('big', 'wb').write(bytes(64 << 20)); print('written')"],
-                          cwd=tmp_path / "write", timeout_s=60, file_bytes=16 << 20)
+    write = run_sandboxed(
+        [sys.executable, "-c", "open('big', 'wb').write(bytes(64 << 20)); print('written')"],
+        cwd=tmp_path / "write",
+        timeout_s=60,
+        file_bytes=16 << 20,
+    )
     assert write.returncode != 0 and "written" not in write.stdout
     assert (tmp_path / "write" / "big").stat().st_size <= 16 << 20
 
 
 def test_the_sandbox_keeps_a_bounded_printable_log(tmp_path):
-    done = run_sandboxed([sys.executable, "-c", "import sys; sys.stdout.write('head\\n' + 'x\\x1b[31m\\x07' * 10**7 + '\\ntail\\n')"],
-                         cwd=tmp_path, timeout_s=60, log_bytes=64 << 10)
+    done = run_sandboxed(
+        [sys.executable, "-c", "import sys; sys.stdout.write('head\\n' + 'x\\x1b[31m\\x07' * 10**7 + '\\ntail\\n')"],
+        cwd=tmp_path,
+        timeout_s=60,
+        log_bytes=64 << 10,
+    )
     assert done.returncode == 0 and done.stdout.startswith("head") and done.stdout.rstrip().endswith("tail")
     assert "bytes of output dropped" in done.stdout and len(done.stdout) < 70_000
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
@@ -194,8 +226,7 @@ def test_the_compiler_sees_no_home_no_checkout_and_no_other_run(tmp_path, outsid
     mine.write_text("mine")
     probe = "import os, sys; print(*(p for p in sys.argv[1:] if os.path.exists(p)))"
     secrets = [str(outside / "secret.h"), str(CHECKOUT / "pyproject.toml"), str(home), "/root/.bashrc", "/dev/zero"]
-    seen = run_sandboxed([sys.executable, "-c", probe, *secrets, str(mine)], cwd=mine.parent, timeout_s=60,
-                         hide_outside=True)
+    seen = run_sandboxed([sys.executable, "-c", probe, *secrets, str(mine)], cwd=mine.parent, timeout_s=60, hide_outside=True)
     assert seen.returncode == 0, seen.stderr
     assert seen.stdout.split() == [str(mine)], seen.stdout
     assert os.path.exists(secrets[0]) and home.exists()  # there, outside the sandbox
@@ -210,8 +241,17 @@ def test_a_cached_library_that_is_no_longer_a_regular_file_is_never_reused(tmp_p
     contract = records.Contract(source_filename="cuda_source.cpp", interface="")
     candidate = records.Candidate(id="c", source="// nothing", space="pure_cuda", round=1)
     toolchain = {"cache_dir": str(tmp_path / "cache"), "cuda_home": "/nonexistent", "arch_list": "9.0", "cuda_cflags": []}
-    job = EvalJob(candidate=candidate, task=records.Task(workload="w", name="t"), contract=contract, arch="cuda",
-                  space_rank=0, workdir=tmp_path / "w", workload_factory="x:Y", workload_config={}, toolchain=toolchain)
+    job = EvalJob(
+        candidate=candidate,
+        task=records.Task(workload="w", name="t"),
+        contract=contract,
+        arch="cuda",
+        space_rank=0,
+        workdir=tmp_path / "w",
+        workload_factory="x:Y",
+        workload_config={},
+        toolchain=toolchain,
+    )
     folder = tmp_path / "cache" / cache_key(job)
     folder.mkdir(parents=True)
     library = folder / f"{module_name(job)}.so"
@@ -248,9 +288,17 @@ def test_a_cuda_include_hidden_from_the_host_pass_is_rejected_before_compiling(t
     workload = TinyOps(None)
     task = workload.tasks()[1]
     source = '#define OUTSIDE "/etc/passwd"\n#ifdef __CUDA_ARCH__\n#include OUTSIDE\n#endif\n' + SEEDS["matmul"]
-    job = EvalJob(candidate=records.Candidate(id="cu", source=source, space="pure_cuda", round=1), task=task,
-                  contract=workload.contract(task, "cuda"), arch="cuda", space_rank=0, workdir=tmp_path / "w",
-                  workload_factory="gpu_tasks:TinyOps", workload_config={}, toolchain=toolchain)
+    job = EvalJob(
+        candidate=records.Candidate(id="cu", source=source, space="pure_cuda", round=1),
+        task=task,
+        contract=workload.contract(task, "cuda"),
+        arch="cuda",
+        space_rank=0,
+        workdir=tmp_path / "w",
+        workload_factory="gpu_tasks:TinyOps",
+        workload_config={},
+        toolchain=toolchain,
+    )
     started = time.monotonic()
     built = build_candidate(job, timeout_s=600)
     assert built.library is None and built.rejected and "/etc/passwd" in built.rejected, built.log[-3000:]

@@ -115,8 +115,13 @@ def fake_judge(tmp_path):
     env = {"OPENAI_API_KEY": SECRET, **os.environ, "PYTHONPATH": path}  # first: the start of /proc/self/environ
 
     def run(attack: str, *, timeout_s: float = 30, namespace: str = "pid"):
-        done = subprocess.run([sys.executable, str(tmp_path / "hiera_side.py"), attack, str(tmp_path / attack),
-                               str(timeout_s), namespace], env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, str(tmp_path / "hiera_side.py"), attack, str(tmp_path / attack), str(timeout_s), namespace],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         said = json.loads(done.stdout)
         return from_dict(said["record"], JudgeAnswer), said["seconds"], said["grown_mb"], done.stdout + done.stderr
@@ -224,8 +229,15 @@ def fake_ncu(tmp_path, monkeypatch):
     if not sandbox.protection().pid_namespace:
         pytest.skip("no PID namespace on this machine")
     monkeypatch.setattr("hiera_plugins.ncu.device_lock", lambda name: contextlib.nullcontext())
-    measured = Measured(latency_ms=0.07, latency_p10_ms=0.07, latency_p90_ms=0.07, repeats=10,
-                        reference_latency_ms=1.0, max_abs_error=0.0, profile=Profile(source="cuda-events"))
+    measured = Measured(
+        latency_ms=0.07,
+        latency_p10_ms=0.07,
+        latency_p90_ms=0.07,
+        repeats=10,
+        reference_latency_ms=1.0,
+        max_abs_error=0.0,
+        profile=Profile(source="cuda-events"),
+    )
 
     def run(behaviour: str, timeout_s: float = 60):
         workdir = tmp_path / behaviour
@@ -233,9 +245,14 @@ def fake_ncu(tmp_path, monkeypatch):
         ncu = workdir / "ncu"  # the sandbox passes no variable of ours: the behaviour is written in
         ncu.write_text(f"#!{sys.executable}\nTABLE, behaviour = {NCU_OUTPUT!r}, {behaviour!r}\n{FAKE_NCU}")
         ncu.chmod(0o755)
-        job = types.SimpleNamespace(measured=measured, remeasure=False, workdir=workdir, roofline=None,
-                                    artifacts={"library": str(workdir / "build" / "candidate.so")},
-                                    worker_request=lambda: {"library": "candidate.so"})
+        job = types.SimpleNamespace(
+            measured=measured,
+            remeasure=False,
+            workdir=workdir,
+            roofline=None,
+            artifacts={"library": str(workdir / "build" / "candidate.so")},
+            worker_request=lambda: {"library": "candidate.so"},
+        )
         stage = NcuProfile(attrs.evolve(NcuProfileConfig(), ncu=str(ncu), timeout_s=timeout_s))
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         started = time.monotonic()

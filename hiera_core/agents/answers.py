@@ -214,7 +214,9 @@ model's habit of adding notes costs no attempt), and nothing of them is recorded
 
 def _fenced_sources(text: str) -> list[str]:
     """The bodies of closed fenced code blocks that are not JSON."""
-    return [body for lang, body in re.findall(r"```([\w+#.-]*)[ \t]*\n(.*?)```", text, flags=re.S) if lang != "json" and body.strip()]
+    return [
+        body for lang, body in re.findall(r"```([\w+#.-]*)[ \t]*\n(.*?)```", text, flags=re.S) if lang != "json" and body.strip()
+    ]
 
 
 def _unfence(source: str) -> str:
@@ -223,4 +225,3 @@ def _unfence(source: str) -> str:
     if stripped.startswith("```") and stripped.endswith("```") and "\n" in stripped:
         stripped = stripped[stripped.index("\n") + 1 : -3]
     return stripped.rstrip() + "\n"
-

@@ -61,4 +61,3 @@ def _recorded_answer(recorded: records.RecordedAnswer) -> AgentAnswer:
 def _fields_of(source: Any, target: type) -> dict[str, Any]:
     """The attributes of `source` that are fields of the attrs class `target`."""
     return {f.name: getattr(source, f.name) for f in attrs.fields(target) if hasattr(source, f.name)}
-

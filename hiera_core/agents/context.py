@@ -57,7 +57,6 @@ class Generation:
     notes: list[str] = attrs.field(factory=list)
 
 
-
 @attrs.frozen(kw_only=True)
 class Brief:
     """One OA request: the candidate it shows, what running that gave, what to do, how many sources."""
@@ -74,4 +73,3 @@ class Brief:
     repair: bool = False
     """The subject failed and is to be fixed: the prompt shows it as the candidate to repair, and each source
     written is recorded with the subject as its parent and `(repair)` after its origin."""
-

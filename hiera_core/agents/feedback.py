@@ -66,7 +66,11 @@ def profile_summary(evaluation: Evaluation | None, directions: dict[str, Any]) -
             reader = "unclaimed" if not readers else ("shared (headroom)" if len(readers) > 2 else " and ".join(readers))
             by_reader.setdefault(reader, []).append(f"{name} = {value:.2f}")
         lines.append("signals (normalised, 1 = healthy), by the direction that reads them:")
-        lines += [f"- {reader}: {'; '.join(by_reader.pop(reader))}" for reader in [*directions, *sorted(by_reader)] if reader in by_reader]
+        lines += [
+            f"- {reader}: {'; '.join(by_reader.pop(reader))}"
+            for reader in [*directions, *sorted(by_reader)]
+            if reader in by_reader
+        ]
     if profile.findings:
         lines.append("top findings:")
         lines += [f"- {finding}" for finding in profile.findings[:5]]
@@ -80,14 +84,15 @@ def execution_feedback(evaluation: Evaluation, source: str = "", filename: str =
     if isinstance(evaluation, Measured):
         return (
             f"correct; {evaluation.latency_ms:.4g} ms, the reference takes {evaluation.reference_latency_ms:.4g} ms"
-            f" ({evaluation.speedup_vs_reference:.2f}x)" + (f"; timing disturbed: {evaluation.disturbed}" if evaluation.disturbed else "")
+            f" ({evaluation.speedup_vs_reference:.2f}x)"
+            + (f"; timing disturbed: {evaluation.disturbed}" if evaluation.disturbed else "")
         )
     if isinstance(evaluation, CompileFailed):
         log = _short_paths(evaluation.log, filename)
         cited = cited_lines(log, source, filename)
         tail = log[-LOG_LIMIT:]
         if len(log) > LOG_LIMIT and "\n" in tail:  # from the first whole line
-            tail = tail[tail.index("\n") + 1:]
+            tail = tail[tail.index("\n") + 1 :]
         return f"did not compile:\n{tail}" + (f"\nThe lines of `{filename}` it cites:\n{cited}" if cited else "")
     if isinstance(evaluation, Incorrect):
         return f"compiled and ran, but the output is wrong: {evaluation.reason[:LOG_LIMIT]}"
@@ -151,4 +156,3 @@ def outcome(evaluation: Evaluation) -> str:
         return f"{evaluation.latency_ms:.4g} ms"
     first = execution_feedback(evaluation).splitlines()
     return f"{type(evaluation).__name__}: {first[0][:160] if first else ''}"
-

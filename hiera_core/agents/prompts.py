@@ -50,7 +50,12 @@ def _contract_section(ctx: PlanningContext) -> str:
 
 def _target_section(session: Session, ctx: PlanningContext) -> str:
     peaks = _peaks(ctx, session.config.run.floor_margin)
-    lines = [f"# Target\nArchitecture `{ctx.arch}`.", session.context.hardware, peaks, f"The file is built with {built_with(ctx.toolchain)}."]
+    lines = [
+        f"# Target\nArchitecture `{ctx.arch}`.",
+        session.context.hardware,
+        peaks,
+        f"The file is built with {built_with(ctx.toolchain)}.",
+    ]
     return "\n".join(line for line in lines if line)
 
 
@@ -59,6 +64,7 @@ def built_with(toolchain: dict[str, Any]) -> str:
     machine. Paths (a cache folder, an install root, include folders) tell a model nothing it can use, and a prompt
     leaves the machine for the model's provider: a value or a list's item that names a path (`/opt/...`, `-I/usr/...`,
     `--flag=~/...`) is left out, and so is what is empty or unknown ("None")."""
+
     def shown(value: Any) -> bool:
         return value not in ("", [], None, "None") and not (isinstance(value, str) and PATH_IN_TEXT.search(value))
 
@@ -88,9 +94,11 @@ def _peaks(ctx: PlanningContext, margin: float) -> str:
         f" {margin:.0%} of the larger floor is rejected as impossible."
     )
     if roofline.reference_flops:
-        text += (f" The reference itself computes {figure(roofline.reference_flops / 1e9)} GFLOP (PyTorch's FLOP counter:"
-                 f" matrix products and convolutions), {roofline.compute_headroom_ms:.3g} ms at that rate: a candidate doing"
-                 " the same arithmetic cannot be faster; one that needs less (a reduction folded into a smaller product) can.")
+        text += (
+            f" The reference itself computes {figure(roofline.reference_flops / 1e9)} GFLOP (PyTorch's FLOP counter:"
+            f" matrix products and convolutions), {roofline.compute_headroom_ms:.3g} ms at that rate: a candidate doing"
+            " the same arithmetic cannot be faster; one that needs less (a reduction folded into a smaller product) can."
+        )
     return text
 
 
@@ -129,8 +137,12 @@ def _decisions_section(ctx: PlanningContext) -> str:
         best = "no valid candidate"
         if results:
             top, incumbent = min(results, key=lambda e: e.latency_ms), min(before, key=lambda e: e.latency_ms, default=None)
-            gain = ("" if incumbent is None else f", {incumbent.latency_ms / top.latency_ms:.3f}x the best before it: "
-                    + ("a gain" if beats(top, incumbent) else "no gain beyond the noise"))
+            gain = (
+                ""
+                if incumbent is None
+                else f", {incumbent.latency_ms / top.latency_ms:.3f}x the best before it: "
+                + ("a gain" if beats(top, incumbent) else "no gain beyond the noise")
+            )
             best = f"round best {top.latency_ms:.4g} ms{gain}"
         lines.append(
             f"- round {plan.round}: space {plan.decision.space}, direction {plan.decision.direction} ({scores}),"
@@ -182,7 +194,6 @@ def _answer_format(schema: dict[str, Any], example: dict[str, Any]) -> str:
     )
 
 
-
 def _best_section(session: Session, ctx: PlanningContext) -> str:
     summary = profile_summary(ctx.parent_evaluation, session.directions)
     return _subject_section("Current best candidate", ctx.parent, summary, ctx.contract.source_filename)
@@ -213,7 +224,11 @@ def ssda(session: Session, ctx: PlanningContext, schema: dict[str, Any]) -> str:
         f"- {d.name} ({knowledge[d.name].title or d.title}): {d.description}\n  Rubric: {knowledge[d.name].rubric}"
         for d in directions.values()
     )
-    example = {"space": ctx.allowed_spaces[0], "scores": {d: 0.5 for d in directions}, "rationale": "which evidence, which headroom"}
+    example = {
+        "space": ctx.allowed_spaces[0],
+        "scores": {d: 0.5 for d in directions},
+        "rationale": "which evidence, which headroom",
+    }
     return _join(
         "You are the Search-Space Decision Agent (SSDA) of HIERA, which optimises one kernel in rounds. Choose where"
         " this round's candidates are searched: one implementation space, and for every optimisation direction a"
@@ -254,7 +269,12 @@ def spa(session: Session, ctx: PlanningContext, decision: SpaceDecision) -> str:
 
 def judge(session: Session, ctx: PlanningContext, space: str) -> str:
     """The CudaForge-like judge: one bottleneck of the best candidate and the one method that removes it."""
-    example = {"bottleneck": "what limits it, citing metrics", "method": "kebab-case-name", "steps": ["..."], "constraints": ["..."]}
+    example = {
+        "bottleneck": "what limits it, citing metrics",
+        "method": "kebab-case-name",
+        "steps": ["..."],
+        "constraints": ["..."],
+    }
     return _join(
         "You are the judge of a kernel refinement loop. Read the best candidate's measurement and profile and"
         " name exactly one bottleneck, the one optimisation method that removes it, and the steps a coder"

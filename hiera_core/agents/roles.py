@@ -49,8 +49,14 @@ class AgentError(Exception):
 class Agents:
     """The three roles over the session's backend, for one run: cached, recorded, retried."""
 
-    def __init__(self, session: Session, *, run_dir: Path, record: Callable[[records.AgentCalled], None],
-                 recorded: Iterable[records.Event] = ()) -> None:
+    def __init__(
+        self,
+        session: Session,
+        *,
+        run_dir: Path,
+        record: Callable[[records.AgentCalled], None],
+        recorded: Iterable[records.Event] = (),
+    ) -> None:
         """`recorded`: the run's trajectory so far; a call it already holds, answered from the cache again when
         the run is resumed, is not recorded twice."""
         self.session = session
@@ -149,7 +155,9 @@ class Agents:
                 except ValueError as exc:
                     items = [{"source": block} for block in _fenced_sources(answer.text)]
                     if not items:
-                        raise ValueError(f"no candidate source in the answer ({exc}); expected the JSON object asked for") from None
+                        raise ValueError(
+                            f"no candidate source in the answer ({exc}); expected the JSON object asked for"
+                        ) from None
                 # Only `source` is read from the answer: who wrote it, from which parent, with which
                 # parameters is hiera's to say (or the backend's own code's, through `labels`).
                 origin = " ".join(filter(None, (self.backend.name, answer.model)))
@@ -167,8 +175,17 @@ class Agents:
                     sources = [attrs.evolve(s, origin=f"{s.origin} (repair)", parent_id=parent_id) for s in sources]
                 return sources
 
-            return self._ask(ctx, "oa", prompt, parse, sample=sample, candidates=brief.count, strategy=strategy, k=brief.count,
-                             repair=brief.subject if brief.repair else None)
+            return self._ask(
+                ctx,
+                "oa",
+                prompt,
+                parse,
+                sample=sample,
+                candidates=brief.count,
+                strategy=strategy,
+                k=brief.count,
+                repair=brief.subject if brief.repair else None,
+            )
 
         outcomes = self._in_parallel([lambda i=i, b=b: write(i, b) for i, b in enumerate(briefs)])
         sources, notes = [], []
@@ -181,8 +198,17 @@ class Agents:
 
     # --- asking ------------------------------------------------------------------------------
 
-    def _ask(self, ctx: PlanningContext, role: str, prompt: str, parse: Callable[[AgentAnswer], Any], *,
-             sample: int = 0, candidates: int = 0, **context: Any) -> Any:
+    def _ask(
+        self,
+        ctx: PlanningContext,
+        role: str,
+        prompt: str,
+        parse: Callable[[AgentAnswer], Any],
+        *,
+        sample: int = 0,
+        candidates: int = 0,
+        **context: Any,
+    ) -> Any:
         base = AgentRequest(
             role=role,
             prompt=prompt,

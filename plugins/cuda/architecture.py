@@ -83,8 +83,10 @@ class CudaArchitecture:
             except Exception:  # noqa: BLE001 -- no torch, or no driver: say what is known without it
                 visible = False
             if not visible:
-                return (f"An NVIDIA GPU (device {self.config.device}) that this planning process cannot see: candidates are"
-                        f" built for compute capability {self.arch_list()}; its name, SM count and memory are not known here.")
+                return (
+                    f"An NVIDIA GPU (device {self.config.device}) that this planning process cannot see: candidates are"
+                    f" built for compute capability {self.arch_list()}; its name, SM count and memory are not known here."
+                )
         hw = hardware or self.hardware()
         return (
             f"GPU: {hw['model']} (device {self.config.device}), compute capability {hw['compute_capability']}"
@@ -95,8 +97,10 @@ class CudaArchitecture:
     def describe_space(self, rank: int) -> str:
         yes, no = admitted(SOURCE_RULES, rank)
         libraries = [what for what in yes if what != "a PyTorch/ATen operator"]
-        parts = ["CUDA C++ built by nvcc as a PyTorch extension: the candidate's own kernels, launched on the current"
-                 f" stream, and ATen calls that only allocate, view or copy ({', '.join(op for op in _SHOWN_OPS if op in ALLOWED_OPS)})."]
+        parts = [
+            "CUDA C++ built by nvcc as a PyTorch extension: the candidate's own kernels, launched on the current"
+            f" stream, and ATen calls that only allocate, view or copy ({', '.join(op for op in _SHOWN_OPS if op in ALLOWED_OPS)})."
+        ]
         if libraries:
             parts.append(f"Vendor libraries are admitted: {', '.join(libraries)}.")
         if "a PyTorch/ATen operator" in yes:
@@ -170,8 +174,12 @@ print(json.dumps([gbps, gflops]))
 
 def find_cuda_home(configured: str = "") -> Path | None:
     """The toolkit root whose bin/nvcc is the real compiler and include/ has cuda_runtime.h."""
-    candidates = [configured, os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", *sorted(
-        (str(p) for p in Path("/usr/local").glob("cuda-*")), reverse=True)]
+    candidates = [
+        configured,
+        os.environ.get("CUDA_HOME", ""),
+        "/usr/local/cuda",
+        *sorted((str(p) for p in Path("/usr/local").glob("cuda-*")), reverse=True),
+    ]
     nvcc = shutil.which("nvcc")
     if nvcc:
         candidates.append(str(Path(nvcc).resolve().parent.parent))

@@ -61,6 +61,7 @@ INCLUDES = "includes.json"
 LISTING_TIMEOUT_S = 120.0
 """nvcc's listing of the includes (every pass preprocesses torch's headers: ~5 s each on 2 cores)."""
 
+
 @attrs.frozen(kw_only=True)
 class BuildResult:
     library: Path | None
@@ -136,12 +137,23 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
             "ldflags": [str(shared)] if linked else [],
         }
         env = {"CUDA_HOME": job.toolchain["cuda_home"], "TORCH_CUDA_ARCH_LIST": job.toolchain["arch_list"], "MAX_JOBS": "2"}
-        seen = [Path(__file__).parents[1], Path(job.toolchain["cuda_home"]), *map(Path, request["include_paths"]),
-                *([shared.parent] if linked else [])]
+        seen = [
+            Path(__file__).parents[1],
+            Path(job.toolchain["cuda_home"]),
+            *map(Path, request["include_paths"]),
+            *([shared.parent] if linked else []),
+        ]
         result = run_sandboxed(
-            [sys.executable, "-m", "hiera_plugins.cuda.build"], cwd=build_dir, timeout_s=timeout_s,
-            stdin=json.dumps(request), env_extra=env, readable=seen, memory_bytes=BUILD_MEMORY_BYTES,
-            file_bytes=COMPILER_FILE_BYTES, log_bytes=COMPILER_LOG_BYTES, hide_outside=True,
+            [sys.executable, "-m", "hiera_plugins.cuda.build"],
+            cwd=build_dir,
+            timeout_s=timeout_s,
+            stdin=json.dumps(request),
+            env_extra=env,
+            readable=seen,
+            memory_bytes=BUILD_MEMORY_BYTES,
+            file_bytes=COMPILER_FILE_BYTES,
+            log_bytes=COMPILER_LOG_BYTES,
+            hide_outside=True,
         )
         includes = json.loads((build_dir / INCLUDES).read_text()) if (build_dir / INCLUDES).is_file() else {}
         if includes.get("error") or (result.returncode == SANDBOX_FAILED and "hiera sandbox:" in result.stderr):
@@ -164,13 +176,21 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
                 library = None
         if library is not None and compiled:
             _keep(build_dir / shared.name, shared)
-        record = {"library": str(library) if library else None, "log": log, "resources": parse_ptxas(log),
-                  "rejected": includes.get("rejected")}
+        record = {
+            "library": str(library) if library else None,
+            "log": log,
+            "resources": parse_ptxas(log),
+            "rejected": includes.get("rejected"),
+        }
         if not result.timed_out and result.returncode != SANDBOX_FAILED:  # the machine's fault: try again next time
             done.write_text(json.dumps(record))
         return BuildResult(
-            library=library, log=log, seconds=time.perf_counter() - started, cache_hit=False,
-            resources=record["resources"], rejected=record["rejected"],
+            library=library,
+            log=log,
+            seconds=time.perf_counter() - started,
+            cache_hit=False,
+            resources=record["resources"],
+            rejected=record["rejected"],
         )
 
 
@@ -237,10 +257,14 @@ def check_includes(build_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
     folders: the build's own, the command's -I/-isystem folders (torch's, Python's, the toolchain's extra ones),
     CUDA_HOME and the host compiler's own. What it finds, with those folders, goes to `INCLUDES` for hiera."""
     source = request["candidate"]
-    commands = subprocess.run(["ninja", "-t", "commands"], cwd=build_dir, capture_output=True, text=True, timeout=60,
-                              check=True).stdout.splitlines()
-    command = next(words for words in map(shlex.split, commands)
-                   if "-c" in words and any(os.path.realpath(w) == os.path.realpath(source) for w in words))
+    commands = subprocess.run(
+        ["ninja", "-t", "commands"], cwd=build_dir, capture_output=True, text=True, timeout=60, check=True
+    ).stdout.splitlines()
+    command = next(
+        words
+        for words in map(shlex.split, commands)
+        if "-c" in words and any(os.path.realpath(w) == os.path.realpath(source) for w in words)
+    )
     argv, listing = [], build_dir / "includes.d"
     words = iter(command)
     for word in words:
@@ -249,19 +273,32 @@ def check_includes(build_dir: Path, request: dict[str, Any]) -> dict[str, Any]:
         elif word not in ("-c", "--generate-dependencies-with-compile", "-MD", "-MMD"):  # -MMD would leave system headers out
             argv.append(word)
     host = [os.environ.get("CXX", "c++")]
-    allowed = sorted({os.path.realpath(build_dir), os.path.realpath(os.environ.get("CUDA_HOME", "/nonexistent")),
-                      *include_flag_folders(argv), *search_folders(tuple(host), "c++")})
+    allowed = sorted(
+        {
+            os.path.realpath(build_dir),
+            os.path.realpath(os.environ.get("CUDA_HOME", "/nonexistent")),
+            *include_flag_folders(argv),
+            *search_folders(tuple(host), "c++"),
+        }
+    )
     never = "; the source was not compiled"
     found: dict[str, Any] = {"allowed": allowed, "rejected": None}
     if problem := literal_include_problem(Path(source).read_text(), base=build_dir, allowed=allowed):
         return {**found, "rejected": problem + never}
     listing.unlink(missing_ok=True)
-    done = run_limited([*argv, "-M", "-MF", str(listing)], cwd=build_dir, timeout_s=LISTING_TIMEOUT_S,
-                       memory_bytes=LISTING_MEMORY_BYTES, file_bytes=COMPILER_FILE_BYTES)
+    done = run_limited(
+        [*argv, "-M", "-MF", str(listing)],
+        cwd=build_dir,
+        timeout_s=LISTING_TIMEOUT_S,
+        memory_bytes=LISTING_MEMORY_BYTES,
+        file_bytes=COMPILER_FILE_BYTES,
+    )
     if done.timed_out or (done.returncode or 0) < 0 or "out of memory" in done.stderr:
         why = f"did not end within {LISTING_TIMEOUT_S:.0f} s" if done.timed_out else "ran out of its memory or was killed"
-        return {**found, "rejected": f"nvcc's listing of its includes {why}: an include of an endless file (a device,"
-                                     f" a FIFO, /proc){never}"}
+        return {
+            **found,
+            "rejected": f"nvcc's listing of its includes {why}: an include of an endless file (a device, a FIFO, /proc){never}",
+        }
     if done.returncode != 0:
         return {**found, "failed": located_outside(done.stdout + done.stderr, base=build_dir, allowed=allowed)}
     if problem := dependency_problem(listing.read_text(errors="replace"), base=build_dir, allowed=allowed):
@@ -277,8 +314,9 @@ def main() -> None:
     build_dir = Path(request["build_dir"])
     compile_objects = getattr(cpp_extension, "_run_ninja_build", None)  # between writing build.ninja and compiling
     if compile_objects is None:
-        (build_dir / INCLUDES).write_text(json.dumps({"error": "this torch's cpp_extension has no _run_ninja_build:"
-                                                               " the include check cannot run"}))
+        (build_dir / INCLUDES).write_text(
+            json.dumps({"error": "this torch's cpp_extension has no _run_ninja_build: the include check cannot run"})
+        )
         sys.exit(SANDBOX_FAILED)
 
     def checked(build_directory, verbose, error_prefix):

@@ -20,8 +20,11 @@ SOURCE_RULES = [
     SourceRule(r"\bcufft\w*\s*\(|#\s*include\s*[<\"]cufft", "cuFFT", 1),
     SourceRule(r"#\s*include\s*[<\"]cutlass/", "CUTLASS", 1),
     SourceRule(r"#\s*include\s*[<\"]cusparse|\bcusparse\w*\s*\(", "cuSPARSE", 1),
-    SourceRule(r"\b(at|torch)::(?!empty\b|empty_like\b|zeros\b|zeros_like\b|Tensor\b|ScalarType\b|kFloat|kDouble|kHalf|kBFloat16|kInt|kLong|cuda::)(\w+)\s*\(",
-               "a PyTorch/ATen operator", 2),
+    SourceRule(
+        r"\b(at|torch)::(?!empty\b|empty_like\b|zeros\b|zeros_like\b|Tensor\b|ScalarType\b|kFloat|kDouble|kHalf|kBFloat16|kInt|kLong|cuda::)(\w+)\s*\(",
+        "a PyTorch/ATen operator",
+        2,
+    ),
     SourceRule(r"\.(matmul|mm|bmm|conv2d|addmm|einsum)\s*\(", "a PyTorch/ATen operator", 2),
     SourceRule(r"\bat::_ops::\w+::(call|redispatch)\s*\(", "a PyTorch/ATen operator", 2),  # an operator's own entry point
 ]
@@ -30,21 +33,33 @@ allocation from rank 2 (the binary and the run are checked too: `binary_space_vi
 `runtime_space_violation`)."""
 
 HACKS: list[tuple[str, str]] = [
-    (r"\bcu(?:da)?StreamCreate\w*\s*\(|getStreamFrom(?:Pool|External)|\bcudaStreamNonBlocking\b|\bStreamCreate\b|\bcuCtxCreate\w*",
-     "creates its own CUDA stream or context (work could escape the timer)"),
-    (r"\bcudaGetDriverEntryPoint\w*|\bcuGetProcAddress\w*|\bdl(?:open|sym|vsym)\s*\(",
-     "reaches the CUDA driver's or a library's functions by name (a stream of its own could escape the timer)"),
-    (r"\bstd::(thread|async|jthread)\b|\bpthread_create\b|\bat::(?:launch|intraop_launch\w*)\b|\blaunch_no_thread_state\b"
-     r"|\b(?:c10::)?(?:Task)?ThreadPool\b|\bget_thread_pool\b",
-     "starts a thread (work could finish after the timer)"),
-    (r"\bpy::module_?::import\b|\bPyImport_\w+|\bPyRun_\w+|\bpy::exec\b|\bpy::eval\b|\bPyObject_SetAttr",
-     "reaches into the Python interpreter (timers and the reference must stay out of reach)"),
-    (r"\bstatic\s+(?:const\s+)?(?:torch|at)::Tensor\b|\bstatic\s+std::(?:unordered_)?map\s*<",
-     "keeps tensors in static storage across calls (a result cache)"),
+    (
+        r"\bcu(?:da)?StreamCreate\w*\s*\(|getStreamFrom(?:Pool|External)|\bcudaStreamNonBlocking\b|\bStreamCreate\b|\bcuCtxCreate\w*",
+        "creates its own CUDA stream or context (work could escape the timer)",
+    ),
+    (
+        r"\bcudaGetDriverEntryPoint\w*|\bcuGetProcAddress\w*|\bdl(?:open|sym|vsym)\s*\(",
+        "reaches the CUDA driver's or a library's functions by name (a stream of its own could escape the timer)",
+    ),
+    (
+        r"\bstd::(thread|async|jthread)\b|\bpthread_create\b|\bat::(?:launch|intraop_launch\w*)\b|\blaunch_no_thread_state\b"
+        r"|\b(?:c10::)?(?:Task)?ThreadPool\b|\bget_thread_pool\b",
+        "starts a thread (work could finish after the timer)",
+    ),
+    (
+        r"\bpy::module_?::import\b|\bPyImport_\w+|\bPyRun_\w+|\bpy::exec\b|\bpy::eval\b|\bPyObject_SetAttr",
+        "reaches into the Python interpreter (timers and the reference must stay out of reach)",
+    ),
+    (
+        r"\bstatic\s+(?:const\s+)?(?:torch|at)::Tensor\b|\bstatic\s+std::(?:unordered_)?map\s*<",
+        "keeps tensors in static storage across calls (a result cache)",
+    ),
     (r"\bcatch\s*\(", "catches exceptions (a fallback path can hide there)"),
     (r"\b(?:setenv|putenv|system|popen|fork|execv\w*)\s*\(", "touches the process environment or spawns programs"),
-    (r"\bsetAllow\w*(?:TF32|FP16|BF16)\w*\s*\(|\bsetFloat32\w*Precision\s*\(",
-     "changes PyTorch's precision settings (TF32 or reduced-precision math) that the reference is pinned by"),
+    (
+        r"\bsetAllow\w*(?:TF32|FP16|BF16)\w*\s*\(|\bsetFloat32\w*Precision\s*\(",
+        "changes PyTorch's precision settings (TF32 or reduced-precision math) that the reference is pinned by",
+    ),
 ]
 """(pattern, reason) for hacks every cuda candidate is checked against."""
 
@@ -57,7 +72,8 @@ LOWER_PRECISION = (
 ESCAPE_SYMBOLS = re.compile(
     r"^(?:cudaStreamCreate\w*|cuStreamCreate\w*|cuCtxCreate\w*|cudaGetDriverEntryPoint\w*|cuGetProcAddress\w*"
     r"|dlopen|dlsym|dlvsym|pthread_create"
-    r"|at::(?:launch|intraop_launch\w*|internal::launch_no_thread_state)\(.*|c10::(?:Task)?ThreadPool::.*|at::get_thread_pool\(.*)$")
+    r"|at::(?:launch|intraop_launch\w*|internal::launch_no_thread_state)\(.*|c10::(?:Task)?ThreadPool::.*|at::get_thread_pool\(.*)$"
+)
 """Imports by which a built library could run GPU work beside the legacy default stream the runner times (its own
 stream or context, the driver's functions by name) or after the call returns (a thread: its own, or one of PyTorch's
 pools through `at::launch`): the source scan's rules, in
@@ -65,9 +81,33 @@ the binary, where a macro cannot hide them. Not PyTorch's stream pool (`c10::cud
 library that includes <c10/cuda/CUDAStream.h> imports it, used or not; the source scan alone names it."""
 LIBRARY_SYMBOLS = re.compile(r"^(cublas|cublasLt|cudnn|cufft|cusparse|cusolver|curand|nccl)\w*", re.M)
 ALLOWED_OPS = {
-    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "fill_", "zero_", "view", "expand",
-    "reshape", "_reshape_alias", "contiguous", "as_strided", "resize_", "detach", "alias", "_to_copy", "to", "copy_",
-    "lift_fresh", "size", "stride", "sym_size", "sym_stride", "is_contiguous",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "zeros",
+    "zeros_like",
+    "ones",
+    "ones_like",
+    "fill_",
+    "zero_",
+    "view",
+    "expand",
+    "reshape",
+    "_reshape_alias",
+    "contiguous",
+    "as_strided",
+    "resize_",
+    "detach",
+    "alias",
+    "_to_copy",
+    "to",
+    "copy_",
+    "lift_fresh",
+    "size",
+    "stride",
+    "sym_size",
+    "sym_stride",
+    "is_contiguous",
 }
 """ATen operators every space admits: allocation, copies and views, no computation."""
 OVERLOAD = re.compile(r"_(memory_format|names|out|Tensor|Scalar|dtype|device|dtype_layout|other|int|symint|src|self)$")

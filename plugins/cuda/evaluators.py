@@ -66,8 +66,12 @@ class CudaCompile:
         return StagePassed(
             job=attrs.evolve(
                 job,
-                artifacts={**job.artifacts, "library": str(build.library), "cache_hit": str(build.cache_hit),
-                           "resources": json.dumps(build.resources)},
+                artifacts={
+                    **job.artifacts,
+                    "library": str(build.library),
+                    "cache_hit": str(build.cache_hit),
+                    "resources": json.dumps(build.resources),
+                },
                 compile_s=build.seconds,
             )
         )
@@ -135,15 +139,28 @@ class CudaRun:
         compile_baseline = self.config.compile_baseline and job.compiled_reference
         memory = int(self.config.memory_gib * 2**30)
         request = JudgeRequest(
-            workload_factory=job.workload_factory, workload_config=job.workload_config, task=job.task,
+            workload_factory=job.workload_factory,
+            workload_config=job.workload_config,
+            task=job.task,
             remeasure=job.remeasure,
-            settings={**attrs.asdict(self.config), "compile_baseline": compile_baseline, "memory_bytes": memory,
-                      "reference_ms": job.reference_ms, "timing_cores": timing_cores()},
+            settings={
+                **attrs.asdict(self.config),
+                "compile_baseline": compile_baseline,
+                "memory_bytes": memory,
+                "reference_ms": job.reference_ms,
+                "timing_cores": timing_cores(),
+            },
         )
         timeout_s = self.config.timeout_s + (self.config.compile_baseline_timeout_s if compile_baseline else 0.0)
-        return StartedJudge("hiera_plugins.cuda.judge", request, workdir=job.workdir, timeout_s=timeout_s,
-                            measured=self._measured, memory_bytes=memory,
-                            device_lock=device_lock(gpu_lock_name(self.config.device)))
+        return StartedJudge(
+            "hiera_plugins.cuda.judge",
+            request,
+            workdir=job.workdir,
+            timeout_s=timeout_s,
+            measured=self._measured,
+            memory_bytes=memory,
+            device_lock=device_lock(gpu_lock_name(self.config.device)),
+        )
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
         return self.start(job).evaluate(job)
@@ -153,8 +170,11 @@ class CudaRun:
         violation = checks.runtime_space_violation(answer.kernels, answer.aten_ops, job.space_rank)
         if violation:
             return StaticRejected(reason=f"{job.candidate.space}: {violation}")
-        return answer.measured(compile_s=job.compile_s, profile=fallback_profile("not profiled yet", job, answer.latency_ms),
-                               resources=json.loads(job.artifacts.get("resources", "{}")))
+        return answer.measured(
+            compile_s=job.compile_s,
+            profile=fallback_profile("not profiled yet", job, answer.latency_ms),
+            resources=json.loads(job.artifacts.get("resources", "{}")),
+        )
 
 
 def fallback_profile(why: str, job: EvalJob, latency_ms: float) -> Profile:
@@ -166,5 +186,3 @@ def fallback_profile(why: str, job: EvalJob, latency_ms: float) -> Profile:
             "compute_floor_fraction": min(1.0, job.roofline.compute_headroom_ms / latency_ms),
         }
     return Profile(source="cuda-events", signals=signals, unavailable=why)
-
-

@@ -105,8 +105,13 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.cuda.set_device(s["device"])
     judging.raise_priority()
-    runner = judging.Runner("hiera_plugins.cuda.runner", scratch=Path.cwd(), args=[str(s["device"])],
-                            rlimit_data_bytes=s.get("memory_bytes"), spin_s=REPLY_SPIN_S)
+    runner = judging.Runner(
+        "hiera_plugins.cuda.runner",
+        scratch=Path.cwd(),
+        args=[str(s["device"])],
+        rlimit_data_bytes=s.get("memory_bytes"),
+        spin_s=REPLY_SPIN_S,
+    )
     torch.cuda.init()
     judge = None
     try:
@@ -118,11 +123,11 @@ def main() -> None:
     except judging.RunnerGone as exc:
         case = judge.current if judge else judging.STARTUP
         limit = s["call_timeout_s"] if judge else s["timeout_s"]
-        result = (TimedOut(limit_s=limit, case=case) if exc.timed_out
-                  else runner.crashed(str(exc), case=case, signal=exc.signal))
+        result = TimedOut(limit_s=limit, case=case) if exc.timed_out else runner.crashed(str(exc), case=case, signal=exc.signal)
     except (RuntimeError, TypeError, ValueError) as exc:  # the harness on inputs a candidate broke, a CUDA error
-        result = runner.crashed(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:400]}",
-                                case=judge.current if judge else "")
+        result = runner.crashed(
+            f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:400]}", case=judge.current if judge else ""
+        )
     finally:
         runner.close()
     judging.answer(result)
@@ -160,8 +165,9 @@ def device_state(device: int) -> dict[str, float]:
         return {}
 
 
-def max_error(out: torch.Tensor, reference: torch.Tensor, rtol: float, atol: float,
-              chunk: int = COMPARE_CHUNK) -> tuple[float, int | str | None]:
+def max_error(
+    out: torch.Tensor, reference: torch.Tensor, rtol: float, atol: float, chunk: int = COMPARE_CHUNK
+) -> tuple[float, int | str | None]:
     """The largest |out - reference| and where the first element out of tolerance is (a flat index;
     "non-finite" if any output value is NaN or infinite; None if all pass). An element passes when
     |out - ref| <= atol * max(1, rms(ref)) + rtol * |ref|. Works through both tensors `chunk` elements at a time."""
@@ -220,10 +226,14 @@ def memory_plan(in_bytes: int, out_bytes: int, working: int, free: int, wanted: 
     reserve = in_bytes + working + working // 2 + out_bytes + 2 * COMPARE_CHUNK * 8
     fits = max(0, free - reserve) // per_place
     if fits == 0:
-        return MemoryPlan(0, in_stride, out_stride,
-                          f"one place ({_gib(per_place)} GiB: inputs {_gib(in_bytes)}, the output twice {_gib(2 * out_bytes)})"
-                          f" beside {_gib(reserve)} GiB for a check (fresh inputs, the reference's {_gib(working)} GiB of working"
-                          f" memory, the candidate's half as much) is more than the {_gib(free)} GiB free")
+        return MemoryPlan(
+            0,
+            in_stride,
+            out_stride,
+            f"one place ({_gib(per_place)} GiB: inputs {_gib(in_bytes)}, the output twice {_gib(2 * out_bytes)})"
+            f" beside {_gib(reserve)} GiB for a check (fresh inputs, the reference's {_gib(working)} GiB of working"
+            f" memory, the candidate's half as much) is more than the {_gib(free)} GiB free",
+        )
     return MemoryPlan(min(fits, max(1, min(wanted, PLACEMENT_BYTES // per_place))), in_stride, out_stride)
 
 
@@ -263,11 +273,17 @@ class CudaJudge:
         torch.cuda.empty_cache()  # what the references took goes back to the device: the runner may need it
         free, total = torch.cuda.mem_get_info()
         plan = memory_plan(in_bytes, out_bytes, working, free, self.s["placements"])
-        self.memory = {"free_at_start_gib": _gib(free), "total_gib": _gib(total), "reference_working_gib": _gib(working),
-                       "places": plan.places}
+        self.memory = {
+            "free_at_start_gib": _gib(free),
+            "total_gib": _gib(total),
+            "reference_working_gib": _gib(working),
+            "places": plan.places,
+        }
         if plan.places == 0:
-            return Crashed(reason=f"the task does not fit in the GPU's memory: {plan.why}", case="the judge's buffers,"
-                           " before the candidate was loaded")
+            return Crashed(
+                reason=f"the task does not fit in the GPU's memory: {plan.why}",
+                case="the judge's buffers, before the candidate was loaded",
+            )
         self.place_count, self.in_stride, self.out_stride = plan.places, plan.in_stride, plan.out_stride
         self.place_index = 0
         self.inputs_arena = torch.empty(self.place_count * self.in_stride, dtype=torch.uint8, device="cuda")
@@ -306,7 +322,9 @@ class CudaJudge:
         target.fill_(float("nan")) if target.is_floating_point() else target.fill_(-1)
         return target
 
-    def place(self, inputs: list[torch.Tensor], reference: torch.Tensor) -> tuple[dict[str, BufferView], BufferView, torch.Tensor]:
+    def place(
+        self, inputs: list[torch.Tensor], reference: torch.Tensor
+    ) -> tuple[dict[str, BufferView], BufferView, torch.Tensor]:
         """Write `inputs` into the next place, fill its output with NaN (-1 for integers)."""
         views, out = self.layout(inputs, reference)
         target = self.write(inputs, views, out)
@@ -317,7 +335,7 @@ class CudaJudge:
     def _array(arena: torch.Tensor, view: BufferView) -> torch.Tensor:
         dtype = getattr(torch, view.dtype)
         nbytes = math.prod(view.shape) * torch.empty((), dtype=dtype).element_size()
-        return arena[view.offset_bytes: view.offset_bytes + nbytes].view(dtype).view(view.shape)
+        return arena[view.offset_bytes : view.offset_bytes + nbytes].view(dtype).view(view.shape)
 
     # --- one call ---------------------------------------------------------------------------------
 
@@ -345,8 +363,11 @@ class CudaJudge:
         if first_bad is not None and error > allowance:
             where = tuple(int(i) for i in torch.unravel_index(torch.tensor(first_bad), tuple(target.shape)))
             allowed = f"; PyTorch's own FP32 error allows {allowance:.3g}" if allowance else ""
-            raise judging.Wrong(f"{label}: max abs error {error:.3g} (at {where}: got {float(target[where]):.6g},"
-                        f" expected {float(reference[where]):.6g}; rtol {rtol:g}, atol {atol:g}{allowed})", error)
+            raise judging.Wrong(
+                f"{label}: max abs error {error:.3g} (at {where}: got {float(target[where]):.6g},"
+                f" expected {float(reference[where]):.6g}; rtol {rtol:g}, atol {atol:g}{allowed})",
+                error,
+            )
         return error
 
     def allowed(self, inputs, reference) -> float:
@@ -442,8 +463,10 @@ class CudaJudge:
                     break
                 busy += 1
             else:
-                raise judging.Wrong("the GPU was still busy with the candidate's work after its reply, batch after batch"
-                                    f" (the judge's idle probe took more than {SLICE_MS} ms)")
+                raise judging.Wrong(
+                    "the GPU was still busy with the candidate's work after its reply, batch after batch"
+                    f" (the judge's idle probe took more than {SLICE_MS} ms)"
+                )
             first, count = count, count + n
             for k, (_views, target) in enumerate(placed):
                 if not bool(torch.isfinite(target).all()) and target.is_floating_point():
@@ -454,13 +477,17 @@ class CudaJudge:
             for k in sorted(chosen):  # the same inputs again, from their draw: a batch holds no copy of them
                 views, target = placed[k]
                 again = inputs[k]()
-                largest = max(largest, self.check(f"timed call {first + k} (fresh inputs)", again, views, target,
-                                                  h.reference(timing_case, again)))
+                largest = max(
+                    largest,
+                    self.check(f"timed call {first + k} (fresh inputs)", again, views, target, h.reference(timing_case, again)),
+                )
                 checked += 1
             if self.in_stride + self.out_stride >= LARGE_PLACE_BYTES:
                 torch.cuda.empty_cache()  # a large task's references go back to the device at once
             views_in = [views for views, _ in placed]
-            if s.get("reference_ms") is None and (len(reference_times) < s["min_reference_repeats"] or sum(reference_times) < budget_ms):
+            if s.get("reference_ms") is None and (
+                len(reference_times) < s["min_reference_repeats"] or sum(reference_times) < budget_ms
+            ):
                 reference_times.extend([self.judge_batch(self.baseline, views_in)] * n)
             if compiled is not None and (len(compiled_times) < s["min_reference_repeats"] or sum(compiled_times) < budget_ms):
                 compiled_times.extend([self.judge_batch(compiled, views_in)] * n)
@@ -477,17 +504,26 @@ class CudaJudge:
                 last = timing_done(total, len(batches) + 1, sum(b.wall_ms for b in batches), batches, null, s)
                 batches.append(timed_batch(calls, last))
                 if last:
-                    log = {"null_one_ms": [round(x, 4) for x in null.one_ms], "null_full_ms": [round(x, 4) for x in null.full_ms],
-                           "calls": [b.calls for b in batches], "wall_ms": [round(b.wall_ms, 4) for b in batches],
-                           "paired_null_ms": [round(b.null_ms, 4) if b.null_ms is not None else None for b in batches],
-                           "in_process_ms": [round(statistics.fmean(b.in_process_ms), 4) for b in batches],
-                           "clock_parts": self.clock_parts}  # `judging.clock_part` of every batch
+                    log = {
+                        "null_one_ms": [round(x, 4) for x in null.one_ms],
+                        "null_full_ms": [round(x, 4) for x in null.full_ms],
+                        "calls": [b.calls for b in batches],
+                        "wall_ms": [round(b.wall_ms, 4) for b in batches],
+                        "paired_null_ms": [round(b.null_ms, 4) if b.null_ms is not None else None for b in batches],
+                        "in_process_ms": [round(statistics.fmean(b.in_process_ms), 4) for b in batches],
+                        "clock_parts": self.clock_parts,
+                    }  # `judging.clock_part` of every batch
                     print(f"timing: {json.dumps(log)}", file=sys.stderr, flush=True)
                     return batches
 
         before = device_state(s["device"])
-        batches, verdict = judging.timed_series(series, null, attempts=s["timing_attempts"],
-                                                tolerance_fraction=s["timer_tolerance"], tolerance_ms=s["timer_tolerance_ms"])
+        batches, verdict = judging.timed_series(
+            series,
+            null,
+            attempts=s["timing_attempts"],
+            tolerance_fraction=s["timer_tolerance"],
+            tolerance_ms=s["timer_tolerance_ms"],
+        )
         after = device_state(s["device"])
         self.mark("timing")
         if not verdict.consistent:
@@ -496,8 +532,9 @@ class CudaJudge:
         seed = self.random.getrandbits(62)
         inputs = h.make_inputs(timing_case, seed, h.distributions[0])
         self.current = f"the profiled call: {judging.describe_call(timing_case, seed, h.distributions[0])}"
-        reply, _, _ = self.checked_call("the profiled call (fresh inputs)", inputs, h.reference(timing_case, inputs),
-                                        inspect=True)
+        reply, _, _ = self.checked_call(
+            "the profiled call (fresh inputs)", inputs, h.reference(timing_case, inputs), inspect=True
+        )
         self.mark("runtime_check")
         print(f"phases: {json.dumps(self.phases)}", file=sys.stderr, flush=True)
         return Judged(
@@ -515,10 +552,14 @@ class CudaJudge:
             aten_ops=reply.aten_ops,
             compiled_reference_latency_ms=statistics.median(compiled_times) if compiled_times else None,
             compiled_reference_note=compiled_note,
-            conditions={**{f"{k}_start": v for k, v in before.items()}, **{f"{k}_end": v for k, v in after.items()},
-                        "batch_calls": calls, "protocol_ms_per_batch": round(null.cost_ms(calls), 4),
-                        "in_process_ms": round(statistics.median(statistics.fmean(b.in_process_ms) for b in batches), 6),
-                        **{f"memory_{k}": v for k, v in self.memory.items()}},
+            conditions={
+                **{f"{k}_start": v for k, v in before.items()},
+                **{f"{k}_end": v for k, v in after.items()},
+                "batch_calls": calls,
+                "protocol_ms_per_batch": round(null.cost_ms(calls), 4),
+                "in_process_ms": round(statistics.median(statistics.fmean(b.in_process_ms) for b in batches), 6),
+                **{f"memory_{k}": v for k, v in self.memory.items()},
+            },
         )
 
     # --- timed batches ----------------------------------------------------------------------------
@@ -548,8 +589,10 @@ class CudaJudge:
 
         def write() -> None:  # each made, placed and let go: the places hold the only copy
             if probes is None and not self.idle():
-                raise judging.Wrong("the candidate's process left work on the GPU while its batch was being prepared"
-                                    " (before its inputs existed): that work would run outside the judge's clock")
+                raise judging.Wrong(
+                    "the candidate's process left work on the GPU while its batch was being prepared"
+                    " (before its inputs existed): that work would run outside the judge's clock"
+                )
             for k, (make, (views, out)) in enumerate(zip(inputs, layouts, strict=True)):
                 placed.append((views, self.write(first if k == 0 else make(), views, out)))
             self.cold_start.flush.zero_()  # L2 holds no input: every place's inputs are untouched until its call

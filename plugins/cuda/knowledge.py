@@ -21,8 +21,7 @@ CONTROL = DirectionKnowledge(
             "parameters; compile-time trip counts let the compiler unroll fully.",
             "- Short arms compile to predicated selects (`cond ? a : b`, `fmin`/`fmax`) without a branch; "
             "warp-uniform branches (on blockIdx or loop counters) cost almost nothing.",
-            "- Divergence only matters within a warp: align tile edges to 32 threads in x so boundary work fills "
-            "whole warps.",
+            "- Divergence only matters within a warp: align tile edges to 32 threads in x so boundary work fills whole warps.",
             "- Peel loop remainders into one tail instead of guarding every iteration; give the grid one guarded "
             "tail block, not a guard in every thread.",
             "- Integer division and modulo cost tens of instructions on a GPU; use 2D grids, strength reduction or "
@@ -68,8 +67,7 @@ CONTROL = DirectionKnowledge(
                 ),
                 constraints=(
                     "Only the load phase may test bounds; the compute phase reads the staged tile unconditionally.",
-                    "The tile plus halo fits the shared-memory budget (227 KB per block on H200) at the intended "
-                    "occupancy.",
+                    "The tile plus halo fits the shared-memory budget (227 KB per block on H200) at the intended occupancy.",
                 ),
             ),
             StrategyTemplate(
@@ -77,16 +75,12 @@ CONTROL = DirectionKnowledge(
                 steps=(
                     "Move conditions that do not depend on the element (radius, zero coefficients, alignment, dtype) "
                     "out of the loops, or make them template or constexpr parameters.",
-                    "Fully unroll fixed-size inner loops (`#pragma unroll`) once their trip counts are compile-time "
-                    "constants.",
+                    "Fully unroll fixed-size inner loops (`#pragma unroll`) once their trip counts are compile-time constants.",
                     "Replace per-element integer division and modulo in index decomposition with 2D indexing or "
                     "incremented pointers.",
-                    "Peel the remainder of unrolled or vectorised loops into one tail instead of guarding every "
-                    "iteration.",
+                    "Peel the remainder of unrolled or vectorised loops into one tail instead of guarding every iteration.",
                 ),
-                constraints=(
-                    "Specialised paths cover every runtime case the contract admits; keep a generic fallback.",
-                ),
+                constraints=("Specialised paths cover every runtime case the contract admits; keep a generic fallback.",),
             ),
         ),
         (
@@ -99,8 +93,7 @@ CONTROL = DirectionKnowledge(
                     "Pass the unpadded input and let the library apply the padding instead of custom guards.",
                 ),
                 constraints=(
-                    "The library's convention (cross-correlation versus convolution, zero padding) matches the "
-                    "reference.",
+                    "The library's convention (cross-correlation versus convolution, zero padding) matches the reference.",
                     "No reduced-precision math mode is enabled to reach a faster algorithm.",
                 ),
             ),
@@ -187,8 +180,7 @@ PARALLELISM = DirectionKnowledge(
                 ),
                 constraints=(
                     "Every output is computed exactly once whatever the grid size.",
-                    "Splitting a reduction combines the partial results deterministically, within the contract "
-                    "tolerance.",
+                    "Splitting a reduction combines the partial results deterministically, within the contract tolerance.",
                 ),
             ),
             StrategyTemplate(
@@ -247,9 +239,7 @@ PARALLELISM = DirectionKnowledge(
                     "Warm up on a side stream, then capture the steady-state sequence of ATen calls with "
                     "`torch.cuda.CUDAGraph` and replay it each call.",
                 ),
-                constraints=(
-                    "Inputs are copied into the captured static tensors; shapes never change between replays.",
-                ),
+                constraints=("Inputs are copied into the captured static tensors; shapes never change between replays.",),
             ),
         ),
     ),
@@ -270,8 +260,7 @@ MEMORY = DirectionKnowledge(
             "- Register spills go to local memory (off-chip, cached in L1): any spill in a hot loop "
             "(`-Xptxas -v`) is an M problem.",
             "- Partial-sector stores force read-modify-write in L2; keep stores coalesced and aligned like loads.",
-            "- `const __restrict__` on read-only inputs lets the compiler use the non-coherent read path and "
-            "reorder loads.",
+            "- `const __restrict__` on read-only inputs lets the compiler use the non-coherent read path and reorder loads.",
             "- H200: ~4.8 TB/s of HBM3e and a 50 MB L2; a well-coalesced streaming kernel reaches 85-90% of the "
             "nominal DRAM bandwidth.",
         )
@@ -311,13 +300,10 @@ MEMORY = DirectionKnowledge(
                 steps=(
                     "Load and store 16 bytes per thread (`double2`, `float4`, `ld.global.nc.v2.f64`) from 16-byte "
                     "aligned addresses, so a warp moves whole 128-byte lines with a quarter of the instructions.",
-                    "Mark read-only inputs `const __restrict__` so loads can take the non-coherent path and be "
-                    "reordered.",
+                    "Mark read-only inputs `const __restrict__` so loads can take the non-coherent path and be reordered.",
                     "Handle a misaligned head and tail of each row with scalar accesses.",
                 ),
-                constraints=(
-                    "Alignment of the base pointer and row pitch is checked at run time, with a scalar fallback.",
-                ),
+                constraints=("Alignment of the base pointer and row pitch is checked at run time, with a scalar fallback.",),
             ),
             StrategyTemplate(
                 name="conflict-free-shared-memory",
@@ -425,8 +411,7 @@ REUSE = DirectionKnowledge(
                     "block of outputs reads, fits in shared memory (or stays in L1/L2).",
                     "Sweep all rows of one column block before moving to the next, so each input line comes from "
                     "DRAM once and serves every output that needs it.",
-                    "Choose the block width by measurement around the on-chip capacity / (rows in flight x element "
-                    "size).",
+                    "Choose the block width by measurement around the on-chip capacity / (rows in flight x element size).",
                 ),
                 constraints=(
                     "Blocks cover the domain exactly: halos are read by several blocks, outputs written once.",
@@ -507,8 +492,7 @@ REUSE = DirectionKnowledge(
                 steps=(
                     "Build tensors that stay the same across the call's inner steps (reshaped weights, masks, index "
                     "tensors) once, before the loop.",
-                    "Ping-pong two preallocated buffers across time steps instead of allocating a new output each "
-                    "step.",
+                    "Ping-pong two preallocated buffers across time steps instead of allocating a new output each step.",
                 ),
                 constraints=("Nothing is cached across calls: each call recomputes from its own inputs.",),
             ),
@@ -578,8 +562,7 @@ TENSOR = DirectionKnowledge(
                     "box) must be repaid by fewer issued instructions.",
                 ),
                 constraints=(
-                    "FP64 in, FP64 out: TF32, FP16 or BF16 tensor-core formats are inadmissible for an FP64 or FP32 "
-                    "contract.",
+                    "FP64 in, FP64 out: TF32, FP16 or BF16 tensor-core formats are inadmissible for an FP64 or FP32 contract.",
                     "Compiled for sm_90 (`-gencode arch=compute_90,code=sm_90`).",
                 ),
             ),

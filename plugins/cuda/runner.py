@@ -93,7 +93,7 @@ def view(arena: torch.Tensor, buffer: BufferView) -> torch.Tensor:
     for size in buffer.shape:
         count *= size
     nbytes = count * torch.empty((), dtype=dtype).element_size()
-    return arena[buffer.offset_bytes: buffer.offset_bytes + nbytes].view(dtype).view(buffer.shape)
+    return arena[buffer.offset_bytes : buffer.offset_bytes + nbytes].view(dtype).view(buffer.shape)
 
 
 class OpNames(TorchDispatchMode):
@@ -152,7 +152,10 @@ class Runner:
         shapes = {(tuple(c.output.shape), c.output.dtype) for c in order.calls}
         [(shape, dtype)] = shapes if len(shapes) == 1 else [((), "")]
         expected = (torch.Size(shape), getattr(torch, dtype)) if dtype else None  # one timing case: one output shape
-        events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # around the batch: a pair a call costs 13 µs of the clock
+        events = (
+            torch.cuda.Event(enable_timing=True),
+            torch.cuda.Event(enable_timing=True),
+        )  # around the batch: a pair a call costs 13 µs of the clock
         self.kept.clear()  # a batch's outputs are its own: the single calls' kept ones are not needed beside them
         nulls = None
         if order.null:  # distinct allocations, as a candidate's outputs are, so exporting them costs the same; made
@@ -182,16 +185,24 @@ class Runner:
             if type(out) is torch.Tensor and out.is_cuda and (out.shape, out.dtype) == expected:
                 continue  # the usual case, in a fraction of a µs: this loop is inside the judge's clock
             if type(out) is not torch.Tensor:
-                return CallFailed(reason=f"the output is a {type(out).__module__}.{type(out).__qualname__}, not exactly a torch.Tensor")
+                return CallFailed(
+                    reason=f"the output is a {type(out).__module__}.{type(out).__qualname__}, not exactly a torch.Tensor"
+                )
             if out.device.type != "cuda":
                 return CallFailed(reason=f"the output is on {out.device}, not the GPU")
             if str(out.dtype)[6:] != buffer.dtype or list(out.shape) != list(buffer.shape):
-                return CallFailed(reason=f"the output is {str(out.dtype)[6:]} {list(out.shape)}; the contract says"
-                                         f" {buffer.dtype} {list(buffer.shape)}")
+                return CallFailed(
+                    reason=f"the output is {str(out.dtype)[6:]} {list(out.shape)}; the contract says"
+                    f" {buffer.dtype} {list(buffer.shape)}"
+                )
         self.batch_outputs = outs
         handles, places = ipc.export_all(outs)
-        return BatchDone(in_process_ms=[start.elapsed_time(end) / len(calls)] * len(calls), handles=handles, outputs=places,
-                         stamps=[began, calling, called, time.perf_counter()])
+        return BatchDone(
+            in_process_ms=[start.elapsed_time(end) / len(calls)] * len(calls),
+            handles=handles,
+            outputs=places,
+            stamps=[began, calling, called, time.perf_counter()],
+        )
 
     def handle(self, order: Order) -> Reply:
         if isinstance(order, AttachOrder):
@@ -230,12 +241,16 @@ class Runner:
         end.record()
         torch.cuda.synchronize()  # device-wide: the reply waits for work on any stream (the judge's clock sees it)
         if type(out) is not torch.Tensor:
-            return CallFailed(reason=f"the output is a {type(out).__module__}.{type(out).__qualname__}, not exactly a torch.Tensor")
+            return CallFailed(
+                reason=f"the output is a {type(out).__module__}.{type(out).__qualname__}, not exactly a torch.Tensor"
+            )
         if out.device.type != "cuda":
             return CallFailed(reason=f"the output is on {out.device}, not the GPU")
         if out.dtype != target.dtype or tuple(out.shape) != tuple(target.shape):
-            return CallFailed(reason=f"the output is {str(out.dtype)[6:]} {list(out.shape)}; the contract says"
-                                     f" {str(target.dtype)[6:]} {list(target.shape)}")
+            return CallFailed(
+                reason=f"the output is {str(out.dtype)[6:]} {list(out.shape)}; the contract says"
+                f" {str(target.dtype)[6:]} {list(target.shape)}"
+            )
         target.copy_(out)
         torch.cuda.synchronize()
         if not order.null and self.kept.maxlen:
@@ -245,8 +260,9 @@ class Runner:
 
 def profile_one_call(request: dict[str, Any]) -> None:
     """For Nsight Compute: an unprofiled warm-up, then exactly one call inside the NVTX range."""
-    harness = judging.harness_of(request["workload_factory"], request["workload_config"],
-                                 from_dict(request["task"], Task), "cuda")
+    harness = judging.harness_of(
+        request["workload_factory"], request["workload_config"], from_dict(request["task"], Task), "cuda"
+    )
     inputs = harness.make_inputs(harness.timing_case(), harness.seeds(False)[0], harness.distributions[0])
     fn = getattr(load_candidate(request["library"]), harness.entry)
     fn(*inputs)

@@ -38,8 +38,24 @@ SOURCE_RULES = [
 libraries (OpenMP, BLAS, pthreads), rank 2 adds Python and PyTorch."""
 
 SIMD_FLAGS = (
-    "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512ifma",
-    "avx512vbmi", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "asimd", "sve", "sve2",
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512dq",
+    "avx512cd",
+    "avx512bw",
+    "avx512vl",
+    "avx512ifma",
+    "avx512vbmi",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "asimd",
+    "sve",
+    "sve2",
 )
 """The /proc/cpuinfo flags a prompt names: the vector extensions `-march=native` lets the compiler use."""
 
@@ -91,8 +107,10 @@ class HostArchitecture:
     def describe_space(self, rank: int) -> str:
         yes, no = admitted(SOURCE_RULES, rank)
         build = f"`{self.config.cc} {' '.join(self.config.cflags)}` builds the source as C into a shared library"
-        parts = [f"C on the CPU: {build}; the candidate's own code and the C standard library are always admitted,"
-                 " vector intrinsics included."]
+        parts = [
+            f"C on the CPU: {build}; the candidate's own code and the C standard library are always admitted,"
+            " vector intrinsics included."
+        ]
         if "an OpenMP pragma" not in yes and "the pthreads library" not in yes:
             parts.append("No threads: the candidate runs on one core (the kernel holds it to one, whatever it starts).")
         else:
@@ -108,15 +126,20 @@ class HostArchitecture:
                 " where it wants other than these, never through environment variables."
             )
             if not any("blas" in flag for flag in self.config.cflags):
-                parts.append("BLAS calls (`cblas_*`, `dgemm`) pass the source check, but the build links no BLAS library"
-                             " (no `-l...blas` in the cflags), so a candidate that calls one fails to build or load here.")
+                parts.append(
+                    "BLAS calls (`cblas_*`, `dgemm`) pass the source check, but the build links no BLAS library"
+                    " (no `-l...blas` in the cflags), so a candidate that calls one fails to build or load here."
+                )
         if rank >= 2:
             python = _finds_header(self.config.cc, tuple(self.config.cflags), "Python.h")
             parts.append(
                 "The source check also admits the Python C API (`Python.h`) and PyTorch headers, but the file is C: PyTorch's"
                 " headers are C++ and unusable here, and this compiler "
-                + ("finds `Python.h`." if python else "does not find `Python.h`, so this space admits in practice what the"
-                   " space below it admits.")
+                + (
+                    "finds `Python.h`."
+                    if python
+                    else "does not find `Python.h`, so this space admits in practice what the space below it admits."
+                )
             )
         if no:
             parts.append(f"Rejected by the source check before compiling (a wider space admits them): {', '.join(no)}.")
@@ -188,8 +211,9 @@ def caches() -> list[str]:
 @functools.cache
 def _finds_header(cc: str, cflags: tuple[str, ...], header: str) -> bool:
     try:
-        done = subprocess.run([cc, *cflags, "-E", "-x", "c", "-"], input=f"#include <{header}>\n", capture_output=True,
-                              text=True, timeout=30)
+        done = subprocess.run(
+            [cc, *cflags, "-E", "-x", "c", "-"], input=f"#include <{header}>\n", capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0

@@ -66,8 +66,15 @@ class HostCompile:
         library = job.workdir / "candidate.so"
         command = [*compiler, "-shared", "-fPIC", str(source), "-o", str(library)]
         limit = int(self.config.library_mib * 2**20)
-        done = run_sandboxed(command, cwd=job.workdir, timeout_s=self.config.timeout_s, log_bytes=COMPILER_LOG_BYTES,
-                             memory_bytes=int(self.config.memory_gib * 2**30), file_bytes=limit, hide_outside=True)
+        done = run_sandboxed(
+            command,
+            cwd=job.workdir,
+            timeout_s=self.config.timeout_s,
+            log_bytes=COMPILER_LOG_BYTES,
+            memory_bytes=int(self.config.memory_gib * 2**30),
+            file_bytes=limit,
+            hide_outside=True,
+        )
         _fault_of_hiera(done)
         if done.timed_out:
             return CompileFailed(log=f"compiler timed out after {self.config.timeout_s:.0f} s", compile_s=self.config.timeout_s)
@@ -92,14 +99,22 @@ class HostCompile:
         listing = job.workdir / "includes.d"
         listing.unlink(missing_ok=True)
         timeout_s = min(30.0, self.config.timeout_s)
-        done = run_sandboxed([*compiler, "-M", "-MG", "-MF", str(listing), str(source)], cwd=job.workdir, timeout_s=timeout_s,
-                             memory_bytes=LISTING_MEMORY_BYTES, file_bytes=COMPILER_LOG_BYTES * 16,
-                             log_bytes=COMPILER_LOG_BYTES, hide_outside=True)
+        done = run_sandboxed(
+            [*compiler, "-M", "-MG", "-MF", str(listing), str(source)],
+            cwd=job.workdir,
+            timeout_s=timeout_s,
+            memory_bytes=LISTING_MEMORY_BYTES,
+            file_bytes=COMPILER_LOG_BYTES * 16,
+            log_bytes=COMPILER_LOG_BYTES,
+            hide_outside=True,
+        )
         _fault_of_hiera(done)
         if done.timed_out or (done.returncode or 0) < 0 or "out of memory" in done.stderr:
             why = f"did not end within {timeout_s:.0f} s" if done.timed_out else "ran out of its memory or was killed"
-            return StaticRejected(reason=f"the preprocessor's listing of its includes {why}: an include of an endless"
-                                         f" file (a device, a FIFO, /proc){never}")
+            return StaticRejected(
+                reason=f"the preprocessor's listing of its includes {why}: an include of an endless"
+                f" file (a device, a FIFO, /proc){never}"
+            )
         if done.returncode != 0:
             log = located_outside(done.stdout + done.stderr, base=job.workdir, allowed=allowed)
             return CompileFailed(log=log.strip()[-4000:], compile_s=0.0)
@@ -167,16 +182,29 @@ class HostRun:
         """Its judge, started while the candidate compiles (`protocols.Evaluator.start`)."""
         memory = int(self.config.memory_gib * 2**30)
         request = JudgeRequest(
-            workload_factory=job.workload_factory, workload_config=job.workload_config, task=job.task,
+            workload_factory=job.workload_factory,
+            workload_config=job.workload_config,
+            task=job.task,
             remeasure=job.remeasure,
-            settings={**attrs.asdict(self.config), "memory_bytes": memory, "reference_ms": job.reference_ms,
-                      "candidate_cores": candidate_cores(job.space_rank)},
+            settings={
+                **attrs.asdict(self.config),
+                "memory_bytes": memory,
+                "reference_ms": job.reference_ms,
+                "candidate_cores": candidate_cores(job.space_rank),
+            },
         )
         limits = CandidateLimits(cores=candidate_cores(job.space_rank), pids=self.config.candidate_pids)
-        return StartedJudge("hiera_plugins.host.judge", request, workdir=job.workdir, timeout_s=self.config.timeout_s,
-                            measured=self._measured, memory_bytes=memory, device_lock=device_lock(TIMING_LOCK),
-                            env_extra={**RUNNER_ENVIRONMENT, "OMP_NUM_THREADS": str(candidate_cores(job.space_rank))},
-                            candidate=limits)
+        return StartedJudge(
+            "hiera_plugins.host.judge",
+            request,
+            workdir=job.workdir,
+            timeout_s=self.config.timeout_s,
+            measured=self._measured,
+            memory_bytes=memory,
+            device_lock=device_lock(TIMING_LOCK),
+            env_extra={**RUNNER_ENVIRONMENT, "OMP_NUM_THREADS": str(candidate_cores(job.space_rank))},
+            candidate=limits,
+        )
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
         return self.start(job).evaluate(job)
@@ -200,7 +228,9 @@ class HostRun:
             metrics["achieved_gbps"] = roofline.bytes_moved / (latency * 1e6)
             metrics["achieved_gflops"] = roofline.flops / (latency * 1e6)
         findings = _findings(signals, metrics)
-        profile = Profile(source="host-timer", metrics=metrics, signals={k: round(v, 4) for k, v in signals.items()}, findings=findings)
+        profile = Profile(
+            source="host-timer", metrics=metrics, signals={k: round(v, 4) for k, v in signals.items()}, findings=findings
+        )
         return answer.measured(compile_s=job.compile_s, profile=profile)
 
 
@@ -211,11 +241,15 @@ def _findings(signals: dict[str, float], metrics: dict[str, float]) -> list[str]
     if signals["branch_free_fraction"] < 1.0:
         findings.append("conditionals inside the innermost hot loops (static scan)")
     if signals["cache_resilience"] < 0.7:
-        findings.append(f"per-point time grows {1 / signals['cache_resilience']:.1f}x from a cache-resident grid to the task grid")
+        findings.append(
+            f"per-point time grows {1 / signals['cache_resilience']:.1f}x from a cache-resident grid to the task grid"
+        )
     if "in_cache_compute_fraction" in signals:
         findings.append(f"in cache, reaches {signals['in_cache_compute_fraction']:.0%} of the FMA peak of the cores in use")
     if "achieved_gbps" in metrics:
-        findings.append(f"achieves {metrics['achieved_gbps']:.1f} GB/s and {metrics['achieved_gflops']:.1f} GFLOP/s at the task size")
+        findings.append(
+            f"achieves {metrics['achieved_gbps']:.1f} GB/s and {metrics['achieved_gflops']:.1f} GFLOP/s at the task size"
+        )
     return findings
 
 

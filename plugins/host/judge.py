@@ -60,7 +60,9 @@ class Arena:
         fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         self.map = mmap.mmap(self.fd, size)
 
-    def layout(self, inputs: dict[str, np.ndarray], output: np.ndarray, place: int = 0) -> tuple[dict[str, BufferView], BufferView]:
+    def layout(
+        self, inputs: dict[str, np.ndarray], output: np.ndarray, place: int = 0
+    ) -> tuple[dict[str, BufferView], BufferView]:
         """Where `inputs` and `output` lie in place `place`; nothing written."""
         views, offset = {}, place * self.stride
         for name, array in inputs.items():
@@ -68,7 +70,9 @@ class Arena:
             offset = _aligned(offset + array.nbytes)
         return views, BufferView(offset_bytes=offset, shape=list(output.shape), dtype=output.dtype.str)
 
-    def place(self, inputs: dict[str, np.ndarray], output: np.ndarray, place: int = 0) -> tuple[dict[str, BufferView], BufferView]:
+    def place(
+        self, inputs: dict[str, np.ndarray], output: np.ndarray, place: int = 0
+    ) -> tuple[dict[str, BufferView], BufferView]:
         """Write `inputs` into place `place` and fill its output with NaN; where they lie."""
         views, out = self.layout(inputs, output, place)
         for name, array in inputs.items():
@@ -103,8 +107,9 @@ def main() -> None:
     arena = Arena(largest, places)
     memory = request.settings.get("memory_bytes")
     judging.raise_priority()
-    runner = judging.Runner("hiera_plugins.host.runner", scratch=Path.cwd(), args=[str(arena.fd)],
-                            pass_fds=[arena.fd], rlimit_data_bytes=memory)
+    runner = judging.Runner(
+        "hiera_plugins.host.runner", scratch=Path.cwd(), args=[str(arena.fd)], pass_fds=[arena.fd], rlimit_data_bytes=memory
+    )
     judge = Judge(harness, request, runner, arena)
     judge.arena_places = places
     started = False
@@ -113,10 +118,10 @@ def main() -> None:
         started = True
         result = judge.evaluate(judging.wait_for_go())
     except judging.RunnerGone as exc:
-        case, limit = ((judge.current, request.settings["call_timeout_s"]) if started
-                       else (judging.STARTUP, request.settings["timeout_s"]))
-        result = (TimedOut(limit_s=limit, case=case) if exc.timed_out
-                  else runner.crashed(str(exc), case=case, signal=exc.signal))
+        case, limit = (
+            (judge.current, request.settings["call_timeout_s"]) if started else (judging.STARTUP, request.settings["timeout_s"])
+        )
+        result = TimedOut(limit_s=limit, case=case) if exc.timed_out else runner.crashed(str(exc), case=case, signal=exc.signal)
     finally:
         runner.close()
     judging.answer(result)
@@ -136,8 +141,9 @@ class Judge:
         """One call on `inputs`, placed in the arena first; returns (reply, wall ms, views, the output array)."""
         views, out = self.arena.place(inputs, self.harness.output(case))
         self.placed = case, views, out
-        reply, wall = judging.call(self.runner, CallOrder(case=case, inputs=views, output=out, null=null),
-                                   timeout_s=self.timeout_s)
+        reply, wall = judging.call(
+            self.runner, CallOrder(case=case, inputs=views, output=out, null=null), timeout_s=self.timeout_s
+        )
         return reply, wall, views, self.arena.array(out)
 
     def batch(self, case: dict[str, Any], inputs: list[dict[str, np.ndarray]], *, null: bool = False):
@@ -215,8 +221,10 @@ class Judge:
         count = 0
 
         def fresh(n: int) -> list[dict[str, np.ndarray]]:
-            return [h.make_inputs(timing_case, self.random.getrandbits(62), h.distributions[(count + k) % len(h.distributions)])
-                    for k in range(n)]
+            return [
+                h.make_inputs(timing_case, self.random.getrandbits(62), h.distributions[(count + k) % len(h.distributions)])
+                for k in range(n)
+            ]
 
         def timed(inputs: list[dict[str, np.ndarray]], last: bool) -> judging.TimedBatch:
             """One timed batch on `inputs`: every output written, a secret share of them checked (one at least)."""
@@ -234,7 +242,9 @@ class Judge:
             for k, (_, out) in enumerate(placed):
                 if not np.all(np.isfinite(out)):
                     raise judging.Wrong(f"timed call {first + k}: non-finite values in its output (never written?)")
-            chosen = {self.random.randrange(len(inputs))} | {k for k in range(len(inputs)) if self.random.random() < s["check_fraction"]}
+            chosen = {self.random.randrange(len(inputs))} | {
+                k for k in range(len(inputs)) if self.random.random() < s["check_fraction"]
+            }
             if last:
                 chosen.add(len(inputs) - 1)
             for k in sorted(chosen):
@@ -258,14 +268,19 @@ class Judge:
             while True:
                 total = sum(b.calls for b in batches) + calls
                 last = total + calls > s["max_repeats"] or (
-                    total >= s["min_repeats"] and len(batches) >= 4
-                    and sum(b.wall_ms for b in batches) / 1e3 >= s["min_time_s"])
+                    total >= s["min_repeats"] and len(batches) >= 4 and sum(b.wall_ms for b in batches) / 1e3 >= s["min_time_s"]
+                )
                 batches.append(timed(fresh(calls), last))
                 if last:
                     return batches
 
-        batches, verdict = judging.timed_series(series, null, attempts=s["timing_attempts"],
-                                                tolerance_fraction=s["timer_tolerance"], tolerance_ms=s["timer_tolerance_ms"])
+        batches, verdict = judging.timed_series(
+            series,
+            null,
+            attempts=s["timing_attempts"],
+            tolerance_fraction=s["timer_tolerance"],
+            tolerance_ms=s["timer_tolerance_ms"],
+        )
         print(f"timing: {json.dumps({'clock_parts': self.clock_parts})}", file=sys.stderr, flush=True)  # `judging.clock_part`s
         other_cores = load.cores()
         latency = verdict.latency_ms
@@ -292,8 +307,10 @@ class Judge:
         cores = s.get("candidate_cores") or len(os.sched_getaffinity(0))
         disturbed = ""
         if busy:
-            disturbed = (f"other processes kept {other_cores:.2f} of the machine's {os.cpu_count()} cores busy while it was"
-                         " timed" + ("" if verdict.consistent else "; the runner's timer disagreed with the judge's clock"))
+            disturbed = (
+                f"other processes kept {other_cores:.2f} of the machine's {os.cpu_count()} cores busy while it was"
+                " timed" + ("" if verdict.consistent else "; the runner's timer disagreed with the judge's clock")
+            )
         return Judged(
             latency_ms=latency,
             latency_p10_ms=verdict.latency_p10_ms,
@@ -332,8 +349,10 @@ def compare(out: np.ndarray, reference: np.ndarray, rtol: float, atol: float) ->
     bound = atol + rtol * np.abs(reference)
     if np.any(diff > bound):
         where = tuple(int(i) for i in np.unravel_index(np.argmax(diff - bound), diff.shape))
-        return error, (f"max abs error {error:.3g} at {where} (got {out[where]:.6g}, expected {reference[where]:.6g};"
-                       f" rtol {rtol:g}, atol {atol:g})")
+        return error, (
+            f"max abs error {error:.3g} at {where} (got {out[where]:.6g}, expected {reference[where]:.6g};"
+            f" rtol {rtol:g}, atol {atol:g})"
+        )
     return error, None
 
 

@@ -21,8 +21,7 @@ CONTROL = DirectionKnowledge(
             "split restores it.",
             "- Boundary cells are a thin shell (about 4r/N of an N x N grid of radius r): split them off rather "
             "than testing every point, and the interior becomes branch-free.",
-            "- Zero padding can be materialised once (a padded copy of the grid) so the compute loop never tests "
-            "indices.",
+            "- Zero padding can be materialised once (a padded copy of the grid) so the compute loop never tests indices.",
             "- Hoist conditions that do not depend on the element out of loops, or into compile-time constants and "
             "specialised copies of the loop; compile-time trip counts let the compiler unroll fully.",
             "- Short arms compile to conditional moves or SIMD blends (`cond ? a : b`, `fmin`/`fmax`) without a "
@@ -46,8 +45,7 @@ CONTROL = DirectionKnowledge(
                     "boundary shell as wide as the stencil radius or halo.",
                     "Compute the interior with a loop nest that contains no bounds checks, so the compiler unrolls "
                     "and vectorises it.",
-                    "Compute the boundary shell with a separate guarded loop that applies the padding rule "
-                    "explicitly.",
+                    "Compute the boundary shell with a separate guarded loop that applies the padding rule explicitly.",
                     "Align the interior's width to the SIMD width so the split adds no new tail.",
                 ),
                 constraints=(
@@ -65,12 +63,9 @@ CONTROL = DirectionKnowledge(
                     "compile-time constants.",
                     "Replace per-element integer division and modulo in index decomposition with nested loops or "
                     "incremented pointers.",
-                    "Peel the remainder of unrolled or vectorised loops into one tail instead of guarding every "
-                    "iteration.",
+                    "Peel the remainder of unrolled or vectorised loops into one tail instead of guarding every iteration.",
                 ),
-                constraints=(
-                    "Specialised paths cover every runtime case the contract admits; keep a generic fallback.",
-                ),
+                constraints=("Specialised paths cover every runtime case the contract admits; keep a generic fallback.",),
             ),
         ),
         (),
@@ -275,8 +270,7 @@ TENSOR = DirectionKnowledge(
                     "write it with `<immintrin.h>` intrinsics so it is FMA-dense and spill-free by construction.",
                 ),
                 constraints=(
-                    "No register spills: the block is bounded by the register file (16 AVX2 or 32 AVX-512 vector "
-                    "registers).",
+                    "No register spills: the block is bounded by the register file (16 AVX2 or 32 AVX-512 vector registers).",
                     "The summation order changes only within the contract tolerance, and precision is never lowered.",
                 ),
             ),
@@ -290,7 +284,7 @@ TENSOR = DirectionKnowledge(
                 ),
                 constraints=(
                     "The build flags are fixed: reassociate sums by hand (independent accumulators), or with "
-                    "`#pragma GCC optimize(\"fast-math\")` in the source, only where the tolerance allows.",
+                    '`#pragma GCC optimize("fast-math")` in the source, only where the tolerance allows.',
                 ),
             ),
         ),
@@ -298,8 +292,7 @@ TENSOR = DirectionKnowledge(
             StrategyTemplate(
                 name="blas-gemm-formulation",
                 steps=(
-                    "Recast the computation as a GEMM or batched GEMM and call the BLAS runtime's `dgemm` "
-                    "(`cblas_dgemm`).",
+                    "Recast the computation as a GEMM or batched GEMM and call the BLAS runtime's `dgemm` (`cblas_dgemm`).",
                     "Size the GEMM so its extra FLOPs (im2col redundancy) cost less than the speedup it buys.",
                 ),
                 constraints=(

@@ -90,7 +90,7 @@ class OpenAIBackend:
             if not key:
                 raise BackendError(
                     f"the environment variable {config.api_key_env} (api_key_env of [backend.openai]) is not set;"
-                    " set api_key_env = \"\" for an endpoint that needs no key"
+                    ' set api_key_env = "" for an endpoint that needs no key'
                 )
         self.config = config
         self.parallel_requests = config.concurrency

@@ -70,22 +70,37 @@ class NcuProfile:
             return StagePassed(job=job)
         ncu = self.config.ncu or profile.find_ncu()
         if not self.config.enabled or ncu is None:
-            why = "profiling is disabled ([evaluator.cuda-profile] enabled = false)" if not self.config.enabled else "ncu not found"
+            why = (
+                "profiling is disabled ([evaluator.cuda-profile] enabled = false)" if not self.config.enabled else "ncu not found"
+            )
             return _unprofiled(measured, why)
         range_name = "hiera_profile"
         request = {**job.worker_request(), "nvtx_range": range_name}
-        command = profile.ncu_command(runner_command([sys.executable, "-m", RUNNER, str(self.config.device), "--profile"]),
-                                      ncu=ncu, nvtx_range=range_name, max_kernels=self.config.max_kernels)
+        command = profile.ncu_command(
+            runner_command([sys.executable, "-m", RUNNER, str(self.config.device), "--profile"]),
+            ncu=ncu,
+            nvtx_range=range_name,
+            max_kernels=self.config.max_kernels,
+        )
         with device_lock(gpu_lock_name(self.config.device)):
-            result = run_sandboxed(command, cwd=job.workdir / "profile", readable=[job.workdir, Path(job.artifacts["library"]).parent],
-                                   timeout_s=self.config.timeout_s, stdin=json.dumps(request))
+            result = run_sandboxed(
+                command,
+                cwd=job.workdir / "profile",
+                readable=[job.workdir, Path(job.artifacts["library"]).parent],
+                timeout_s=self.config.timeout_s,
+                stdin=json.dumps(request),
+            )
         (job.workdir / "ncu.log").write_text(result.stdout[-200_000:] + result.stderr[-20_000:])
         problem = "ncu timed out" if result.timed_out else profile.permission_problem(result.stdout + result.stderr)
         kernels = [] if problem else profile.parse_ncu_csv(result.stdout)
         if problem or not kernels:
-            return _unprofiled(measured, problem or f"ncu reported no kernel in the NVTX range ({describe_exit(result.returncode or 0)})")
+            return _unprofiled(
+                measured, problem or f"ncu reported no kernel in the NVTX range ({describe_exit(result.returncode or 0)})"
+            )
         partial = 0 < self.config.max_kernels <= len(kernels)  # ncu stopped at the cap: the call may have launched more
-        summary = profile.summarize(kernels, latency_ms=measured.latency_ms, roofline=job.roofline, partial=partial)  # SMs: ncu's launch__sm_count
+        summary = profile.summarize(
+            kernels, latency_ms=measured.latency_ms, roofline=job.roofline, partial=partial
+        )  # SMs: ncu's launch__sm_count
         return attrs.evolve(measured, profile=summary)
 
 

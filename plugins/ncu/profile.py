@@ -104,7 +104,15 @@ STALLS = {  # CPI stack: cycles of each reason per issued instruction; they add 
 CPI = "smsp__average_warp_latency_per_inst_issued.ratio"
 
 METRICS: tuple[str, ...] = (
-    *SPEED_OF_LIGHT, *LAUNCH, *CONTROL, *PARALLELISM, *MEMORY, *REUSE, *PIPES.values(), *STALLS.values(), CPI
+    *SPEED_OF_LIGHT,
+    *LAUNCH,
+    *CONTROL,
+    *PARALLELISM,
+    *MEMORY,
+    *REUSE,
+    *PIPES.values(),
+    *STALLS.values(),
+    CPI,
 )
 """What `ncu_command` collects: Speed-Of-Light triage plus the evidence for each direction."""
 
@@ -261,7 +269,11 @@ kernels of a call were profiled, so such a profile leaves them out."""
 
 
 def summarize(
-    kernels: Sequence[KernelMetrics], *, latency_ms: float, roofline: Roofline | None, sm_count: int = 132,
+    kernels: Sequence[KernelMetrics],
+    *,
+    latency_ms: float,
+    roofline: Roofline | None,
+    sm_count: int = 132,
     partial: bool = False,
 ) -> Profile:
     """Aggregate the kernels of one call into metrics, signals and findings (see the module docstring). `partial`:
@@ -276,7 +288,9 @@ def summarize(
         derived = {name: value for name, value in derived.items() if name not in WHOLE_CALL}
     findings = _findings(kernels, metrics, derived, signals, roofline, sm_count)
     if partial:
-        findings.insert(0, f"only the call's first {len(kernels)} kernels were profiled: the figures are theirs, not the whole call's")
+        findings.insert(
+            0, f"only the call's first {len(kernels)} kernels were profiled: the figures are theirs, not the whole call's"
+        )
     return Profile(
         source=SOURCE,
         metrics={**metrics, **derived},

@@ -12,32 +12,65 @@ LAUNCH = "scale_add<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), b.data_ptr<fl
 
 CANDIDATES = {
     # (a) reuse a cached result: computes once, then returns the same tensor
-    "cached-result": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+    "cached-result": (
+        "scale-add",
+        "pure_cuda",
+        HEAD
+        + ELEMENTWISE
+        + r"""
 torch::Tensor cache;
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     if (cache.defined() && cache.numel() == x.numel()) return cache;
     auto y = torch::empty_like(x); long n = x.numel();
-    """ + LAUNCH + r"""
+    """
+        + LAUNCH
+        + r"""
     cache = y; return y;
-}""", "incorrect", "max abs error"),
+}""",
+        "incorrect",
+        "max abs error",
+    ),
     # (b) modify an input
-    "zeroes-input": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+    "zeroes-input": (
+        "scale-add",
+        "pure_cuda",
+        HEAD
+        + ELEMENTWISE
+        + r"""
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     auto y = torch::empty_like(x); long n = x.numel();
-    """ + LAUNCH + r"""
+    """
+        + LAUNCH
+        + r"""
     cudaMemsetAsync(b.data_ptr<float>(), 0, n * sizeof(float));
     return y;
-}""", "incorrect", "was modified"),
+}""",
+        "incorrect",
+        "was modified",
+    ),
     # (c) compute on a side stream
-    "side-stream": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+    "side-stream": (
+        "scale-add",
+        "pure_cuda",
+        HEAD
+        + ELEMENTWISE
+        + r"""
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     auto y = torch::empty_like(x); long n = x.numel();
     cudaStream_t s; cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     scale_add<<<(n + 255) / 256, 256, 0, s>>>(x.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>(), n);
     return y;
-}""", "static_rejected", "stream"),
+}""",
+        "static_rejected",
+        "stream",
+    ),
     # (c) a non-blocking stream from the CUDA driver, reached by name: no stream creation in sight
-    "driver-stream": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+    "driver-stream": (
+        "scale-add",
+        "pure_cuda",
+        HEAD
+        + ELEMENTWISE
+        + r"""
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     auto y = torch::empty_like(x); long n = x.numel();
     void *create = nullptr; cudaDriverEntryPointQueryResult found;
@@ -45,19 +78,45 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     cudaStream_t s; ((int (*)(cudaStream_t*, unsigned))create)(&s, 1);  // 1: CU_STREAM_NON_BLOCKING
     scale_add<<<(n + 255) / 256, 256, 0, s>>>(x.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>(), n);
     return y;
-}""", "static_rejected", "by name"),
+}""",
+        "static_rejected",
+        "by name",
+    ),
     # (d) finish the work in a thread
-    "thread": ("scale-add", "pure_cuda", HEAD + "#include <thread>\n" + ELEMENTWISE + r"""
+    "thread": (
+        "scale-add",
+        "pure_cuda",
+        HEAD
+        + "#include <thread>\n"
+        + ELEMENTWISE
+        + r"""
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     auto y = torch::empty_like(x); long n = x.numel();
-    std::thread([=]() mutable { """ + LAUNCH + r""" cudaDeviceSynchronize(); }).detach();
+    std::thread([=]() mutable { """
+        + LAUNCH
+        + r""" cudaDeviceSynchronize(); }).detach();
     return y;
-}""", "static_rejected", "thread"),
+}""",
+        "static_rejected",
+        "thread",
+    ),
     # (f) return an input
-    "returns-input": ("scale-add", "pure_cuda", HEAD + r"""
-torch::Tensor forward(torch::Tensor x, torch::Tensor b) { return x; }""", "incorrect", "max abs error"),
+    "returns-input": (
+        "scale-add",
+        "pure_cuda",
+        HEAD
+        + r"""
+torch::Tensor forward(torch::Tensor x, torch::Tensor b) { return x; }""",
+        "incorrect",
+        "max abs error",
+    ),
     # (g) FP32 matmul computed in FP16
-    "fp16-matmul": ("matmul", "pure_cuda", HEAD + "#include <cuda_fp16.h>\n" + r"""
+    "fp16-matmul": (
+        "matmul",
+        "pure_cuda",
+        HEAD
+        + "#include <cuda_fp16.h>\n"
+        + r"""
 __global__ void mm(const float* a, const float* b, float* c, int m, int k, int n) {
     int row = blockIdx.y * 16 + threadIdx.y, col = blockIdx.x * 16 + threadIdx.x;
     if (row >= m || col >= n) return;
@@ -70,9 +129,16 @@ torch::Tensor forward(torch::Tensor a, torch::Tensor b) {
     auto c = torch::empty({m, n}, a.options());
     mm<<<dim3((n + 15) / 16, (m + 15) / 16), dim3(16, 16)>>>(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), m, k, n);
     return c;
-}""", "static_rejected", "below float32"),
+}""",
+        "static_rejected",
+        "below float32",
+    ),
     # (g) FP32 inputs rounded to TF32 precision by masking mantissa bits: no half type in sight
-    "tf32-truncation": ("matmul", "pure_cuda", HEAD + r"""
+    "tf32-truncation": (
+        "matmul",
+        "pure_cuda",
+        HEAD
+        + r"""
 __device__ float tf32(float v) { return __uint_as_float(__float_as_uint(v) & 0xffffe000u); }
 __global__ void mm(const float* a, const float* b, float* c, int m, int k, int n) {
     int row = blockIdx.y * 16 + threadIdx.y, col = blockIdx.x * 16 + threadIdx.x;
@@ -86,53 +152,111 @@ torch::Tensor forward(torch::Tensor a, torch::Tensor b) {
     auto c = torch::empty({m, n}, a.options());
     mm<<<dim3((n + 15) / 16, (m + 15) / 16), dim3(16, 16)>>>(a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), m, k, n);
     return c;
-}""", "incorrect", "max abs error"),
+}""",
+        "incorrect",
+        "max abs error",
+    ),
     # (i) ATen through the dispatcher, past the source scan and the symbol check: the runtime log sees it
-    "dispatcher-in-pure": ("matmul", "pure_cuda", HEAD + r"""
+    "dispatcher-in-pure": (
+        "matmul",
+        "pure_cuda",
+        HEAD
+        + r"""
 torch::Tensor forward(torch::Tensor a, torch::Tensor b) {
     static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "")
         .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
     return op.call(a, b);
-}""", "static_rejected", "ran ATen operators mm"),
+}""",
+        "static_rejected",
+        "ran ATen operators mm",
+    ),
     # (h) fall back to the reference in try/catch
-    "try-fallback": ("matmul", "libraries_pytorch", HEAD + r"""
+    "try-fallback": (
+        "matmul",
+        "libraries_pytorch",
+        HEAD
+        + r"""
 torch::Tensor forward(torch::Tensor a, torch::Tensor b) {
     try { throw std::runtime_error("not implemented"); }
     catch (...) { return torch::matmul(a, b); }
-}""", "static_rejected", "catches exceptions"),
+}""",
+        "static_rejected",
+        "catches exceptions",
+    ),
     # (i) ATen compute from a pure_cuda candidate (the source scan, the symbols and the dispatcher all see it)
-    "aten-in-pure": ("matmul", "pure_cuda", HEAD + r"""
-torch::Tensor forward(torch::Tensor a, torch::Tensor b) { return torch::mm(a, b); }""", "static_rejected", "PyTorch/ATen"),
+    "aten-in-pure": (
+        "matmul",
+        "pure_cuda",
+        HEAD
+        + r"""
+torch::Tensor forward(torch::Tensor a, torch::Tensor b) { return torch::mm(a, b); }""",
+        "static_rejected",
+        "PyTorch/ATen",
+    ),
     # (j) patch the timer through the Python interpreter
-    "timer-patch": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+    "timer-patch": (
+        "scale-add",
+        "pure_cuda",
+        HEAD
+        + ELEMENTWISE
+        + r"""
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     py::module_::import("time").attr("perf_counter") = py::cpp_function([]() { return 0.0; });
     auto y = torch::empty_like(x); long n = x.numel();
-    """ + LAUNCH + r"""
+    """
+        + LAUNCH
+        + r"""
     return y;
-}""", "static_rejected", "Python interpreter"),
+}""",
+        "static_rejected",
+        "Python interpreter",
+    ),
     # (k) special-case the benchmark shape: right there, wrong elsewhere
-    "benchmark-shape-only": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+    "benchmark-shape-only": (
+        "scale-add",
+        "pure_cuda",
+        HEAD
+        + ELEMENTWISE
+        + r"""
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     auto y = torch::empty_like(x); long n = x.numel();
-    if (n == (1 << 20)) { """ + LAUNCH + r""" }
+    if (n == (1 << 20)) { """
+        + LAUNCH
+        + r""" }
     return y;
-}""", "incorrect", ""),
+}""",
+        "incorrect",
+        "",
+    ),
     # (l) crash: an illegal address leaves a sticky CUDA error
-    "illegal-address": ("scale-add", "pure_cuda", HEAD + r"""
+    "illegal-address": (
+        "scale-add",
+        "pure_cuda",
+        HEAD
+        + r"""
 __global__ void bad(float* y) { y[threadIdx.x + (1L << 40)] = 1.0f; }
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     auto y = torch::empty_like(x); bad<<<1, 32>>>(y.data_ptr<float>()); cudaDeviceSynchronize();
     return y;
-}""", "crashed", "illegal"),
+}""",
+        "crashed",
+        "illegal",
+    ),
     # (l) hang
-    "hang": ("scale-add", "pure_cuda", HEAD + r"""
+    "hang": (
+        "scale-add",
+        "pure_cuda",
+        HEAD
+        + r"""
 __global__ void spin(volatile int* flag) { while (*flag == 0) {} }
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     auto f = torch::zeros({1}, x.options().dtype(torch::kInt32));
     spin<<<1, 1>>>(f.data_ptr<int>()); cudaDeviceSynchronize();
     return torch::empty_like(x);
-}""", "timed_out", ""),
+}""",
+        "timed_out",
+        "",
+    ),
 }
 
 FORGE = r"""
@@ -142,15 +266,29 @@ static void forge(const char *line) {  // every descriptor the runner might answ
     for (int fd = 1; fd < 64; fd++) { ssize_t ignored = write(fd, line, strlen(line)); (void)ignored; }
 }
 """
-CANDIDATES.update({
-    # a forged verdict: the answer line hiera once took from the candidate's own process
-    "forged-verdict": ("scale-add", "pure_cuda", HEAD + FORGE + r"""
+CANDIDATES.update(
+    {
+        # a forged verdict: the answer line hiera once took from the candidate's own process
+        "forged-verdict": (
+            "scale-add",
+            "pure_cuda",
+            HEAD
+            + FORGE
+            + r"""
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     forge("{\"kind\": \"measured\", \"latency_ms\": 0.001, \"reference_latency_ms\": 1.0}\n");
     _exit(0);
-}""", "crashed", "protocol"),
-    # a result cache keyed by the input's address and 64 sampled values, returning the cached tensor
-    "cache-by-address-and-samples": ("scale-add", "libraries_pytorch", HEAD + ELEMENTWISE + r"""
+}""",
+            "crashed",
+            "protocol",
+        ),
+        # a result cache keyed by the input's address and 64 sampled values, returning the cached tensor
+        "cache-by-address-and-samples": (
+            "scale-add",
+            "libraries_pytorch",
+            HEAD
+            + ELEMENTWISE
+            + r"""
 #include <map>
 #include <vector>
 std::map<std::pair<const void*, std::vector<float>>, torch::Tensor> cache;  // not `static`: past the source scan
@@ -161,24 +299,43 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     auto found = cache.find({x.data_ptr(), key});
     if (found != cache.end()) return found->second;
     auto y = torch::empty_like(x);
-    """ + LAUNCH + r"""
+    """
+            + LAUNCH
+            + r"""
     cache[{x.data_ptr(), key}] = y;
     return y;
-}""", "measured", ""),
-    # a cache keyed by the address alone, every address it has seen: the judge's places recur, their values never
-    "cache-by-address": ("scale-add", "pure_cuda", HEAD + ELEMENTWISE + r"""
+}""",
+            "measured",
+            "",
+        ),
+        # a cache keyed by the address alone, every address it has seen: the judge's places recur, their values never
+        "cache-by-address": (
+            "scale-add",
+            "pure_cuda",
+            HEAD
+            + ELEMENTWISE
+            + r"""
 #include <map>
 std::map<const void*, torch::Tensor> saved;  // not `static`: past the source scan
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     auto found = saved.find(x.data_ptr());
     if (found != saved.end() && found->second.numel() == x.numel()) return found->second;
     auto y = torch::empty_like(x); long n = x.numel();
-    """ + LAUNCH + r"""
+    """
+            + LAUNCH
+            + r"""
     saved[x.data_ptr()] = y; return y;
-}""", "incorrect", "max abs error"),
-})
+}""",
+            "incorrect",
+            "max abs error",
+        ),
+    }
+)
 
-SECRETS = HEAD + ELEMENTWISE + r"""
+SECRETS = (
+    HEAD
+    + ELEMENTWISE
+    + r"""
 #include <cstdio>
 #include <cstring>
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
@@ -191,12 +348,18 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
         for (size_t i = 0; i + 8 < got; i++) if (memcmp(buf + i, "sk-hiera", 8) == 0) { found = true; break; }
     }
     auto y = torch::empty_like(x); long n = x.numel();
-    """ + LAUNCH + r"""
+    """
+    + LAUNCH
+    + r"""
     return found ? y.fill_(7.0f) : y;
 }"""
+)
 """Looks for the API key in its environment and every process it can see; right only if it finds none."""
 
-SURVIVOR = HEAD + ELEMENTWISE + r"""
+SURVIVOR = (
+    HEAD
+    + ELEMENTWISE
+    + r"""
 #include <unistd.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -204,12 +367,18 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     static bool forked = false;  // a raw system call: past the source scan's spawn rule
     if (!forked) { forked = true; if (syscall(SYS_fork) == 0) { setsid(); prctl(PR_SET_NAME, "hiera-survivor"); for (;;) pause(); } }
     auto y = torch::empty_like(x); long n = x.numel();
-    """ + LAUNCH + r"""
+    """
+    + LAUNCH
+    + r"""
     return y;
 }"""
+)
 """Leaves a process behind in a session of its own, holding the runner's descriptors."""
 
-DRIVER_STREAM_HIDDEN = HEAD + ELEMENTWISE + r"""
+DRIVER_STREAM_HIDDEN = (
+    HEAD
+    + ELEMENTWISE
+    + r"""
 #define ENTRY(how) cudaGetDriver##how
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     auto y = torch::empty_like(x); long n = x.numel();
@@ -219,10 +388,13 @@ torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     scale_add<<<(n + 255) / 256, 256, 0, s>>>(x.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>(), n);
     return y;
 }"""
+)
 """(c) the driver's non-blocking stream, its entry point's name pasted by a macro past the source scan: with the
 timer's cover (0.5 ms) the GPU would run it before the start event. The built library's imports show it."""
 
-CUBLAS_HIDDEN = HEAD + r"""
+CUBLAS_HIDDEN = (
+    HEAD
+    + r"""
 #define HEADER <cublas_v2.h>
 #include HEADER
 #define LIB(name) cublas##name
@@ -238,6 +410,7 @@ torch::Tensor forward(torch::Tensor a, torch::Tensor b) {
     keep<<<1, 1>>>(c.data_ptr<float>());
     return c;
 }"""
+)
 """(i) cuBLAS from a pure_cuda candidate, with macros that hide the calls from a source scan: the
 built library's symbols and the launched kernels still show them."""
 
@@ -247,20 +420,34 @@ IN_PYTHON = r"""
 #define PASTE(a, b) a##b
 static void in_python(const char *code) { static bool done = false; if (!done) { done = true; PASTE(PyRun_, SimpleString)(code); } }
 """
-SCALED_EVENTS = HEAD + ELEMENTWISE + IN_PYTHON + r"""
+SCALED_EVENTS = (
+    HEAD
+    + ELEMENTWISE
+    + IN_PYTHON
+    + r"""
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     in_python("import torch\n_e = torch.cuda.Event.elapsed_time\ntorch.cuda.Event.elapsed_time = lambda s, o: _e(s, o) * 0.5\n");
     auto y = torch::empty_like(x); long n = x.numel();
-    """ + LAUNCH + r"""
+    """
+    + LAUNCH
+    + r"""
     return y;
 }"""
+)
 # The runner's device-wide synchronize made a no-op: it replies while the kernels still run (the judge's idle probe
 # sees the GPU busy at the reply, and outputs read early are wrong).
-EARLY_REPLY = HEAD + ELEMENTWISE + IN_PYTHON + r"""
+EARLY_REPLY = (
+    HEAD
+    + ELEMENTWISE
+    + IN_PYTHON
+    + r"""
 torch::Tensor forward(torch::Tensor x, torch::Tensor b) {
     in_python("import torch\ntorch.cuda.synchronize = lambda *a, **k: None\n");
     auto y = torch::empty_like(x); long n = x.numel();
     for (int k = 0; k < 200; k++)  // long enough to be still running when the runner replies
-        """ + LAUNCH + r"""
+        """
+    + LAUNCH
+    + r"""
     return y;
 }"""
+)

@@ -12,7 +12,11 @@ class GatedHost(HostArchitecture):
     kind = "host"
 
     def unavailable_reason(self) -> str | None:
-        return "its device is on another machine (HIERA_TEST_NO_DEVICE)" if os.environ.get("HIERA_TEST_NO_DEVICE") else super().unavailable_reason()
+        return (
+            "its device is on another machine (HIERA_TEST_NO_DEVICE)"
+            if os.environ.get("HIERA_TEST_NO_DEVICE")
+            else super().unavailable_reason()
+        )
 
 
 @hookimpl

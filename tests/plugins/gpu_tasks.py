@@ -109,8 +109,9 @@ class TinyOps:
             raise UnsupportedArchitecture(f"tinyops has only a cuda side, not {arch}")
         declaration = BINDINGS[task.name]
         binding = f'#include <torch/extension.h>\n{declaration}\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def("forward", &forward); }}\n'
-        return Contract(source_filename="cuda_source.cu", interface=declaration, files={"cpp_source.cpp": binding},
-                        binding="cpp_source.cpp")
+        return Contract(
+            source_filename="cuda_source.cu", interface=declaration, files={"cpp_source.cpp": binding}, binding="cpp_source.cpp"
+        )
 
     def seed(self, task, arch):
         return SEEDS["scale-add" if task.name in ELEMENTS else "matmul"], {}, "seed"

@@ -22,12 +22,54 @@ INIT_SEED = 42
 """KernelBench's seed for the reference's weights (`set_seed(42)` before `Model(*get_init_inputs())`)."""
 CPU_TRACE_LIMIT = 1 << 24
 """Elements (inputs plus state) up to which a forward the meta device cannot run is traced on the CPU."""
-RANDOM_OPS = {"bernoulli", "bernoulli_", "native_dropout", "rand", "rand_like", "randn", "randn_like", "randint",
-              "randint_like", "randperm", "normal", "normal_", "uniform_", "exponential_", "geometric_", "cauchy_",
-              "log_normal_", "random_", "multinomial", "poisson", "rrelu_with_noise"}
+RANDOM_OPS = {
+    "bernoulli",
+    "bernoulli_",
+    "native_dropout",
+    "rand",
+    "rand_like",
+    "randn",
+    "randn_like",
+    "randint",
+    "randint_like",
+    "randperm",
+    "normal",
+    "normal_",
+    "uniform_",
+    "exponential_",
+    "geometric_",
+    "cauchy_",
+    "log_normal_",
+    "random_",
+    "multinomial",
+    "poisson",
+    "rrelu_with_noise",
+}
 """ATen operators that draw from the RNG."""
-CPP_KEYWORDS = {"auto", "int", "float", "double", "char", "bool", "return", "class", "struct", "new", "delete",
-                "default", "template", "this", "register", "union", "namespace", "switch", "case", "out", "at", "torch"}
+CPP_KEYWORDS = {
+    "auto",
+    "int",
+    "float",
+    "double",
+    "char",
+    "bool",
+    "return",
+    "class",
+    "struct",
+    "new",
+    "delete",
+    "default",
+    "template",
+    "this",
+    "register",
+    "union",
+    "namespace",
+    "switch",
+    "case",
+    "out",
+    "at",
+    "torch",
+}
 
 
 class TaskUnusable(Exception):
@@ -155,8 +197,10 @@ def analyse(module: ModuleType) -> TaskAnalysis:
     except Exception as meta_exc:  # noqa: BLE001 -- data-dependent ops (.item(), nonzero) need real data
         size = sum(t.numel() for t in inputs if isinstance(t, torch.Tensor)) + sum(t.numel() for _, _, t in state_of(model))
         if size > CPU_TRACE_LIMIT:
-            raise TaskUnusable(f"its forward does not run on the meta device ({one_line(meta_exc)}) and is too large"
-                               f" ({size} elements) to trace on the CPU") from None
+            raise TaskUnusable(
+                f"its forward does not run on the meta device ({one_line(meta_exc)}) and is too large"
+                f" ({size} elements) to trace on the CPU"
+            ) from None
         try:
             model = build_model(module, "cpu")
             torch.manual_seed(INIT_SEED)
@@ -169,10 +213,16 @@ def analyse(module: ModuleType) -> TaskAnalysis:
         traced_on = "cpu"
     if type(out) is not torch.Tensor:
         raise TaskUnusable(f"its forward returns a {type(out).__name__}, not one tensor: the binding returns torch::Tensor")
-    return TaskAnalysis(arguments=_arguments(module.Model.forward, inputs, model), output_shape=tuple(out.shape),
-                        output_dtype=str(out.dtype).removeprefix("torch."), traced_on=traced_on, training=model.training,
-                        random=bool(ops.names & RANDOM_OPS), largest_numel=ops.largest,
-                        reference_flops=float(flops.get_total_flops()))
+    return TaskAnalysis(
+        arguments=_arguments(module.Model.forward, inputs, model),
+        output_shape=tuple(out.shape),
+        output_dtype=str(out.dtype).removeprefix("torch."),
+        traced_on=traced_on,
+        training=model.training,
+        random=bool(ops.names & RANDOM_OPS),
+        largest_numel=ops.largest,
+        reference_flops=float(flops.get_total_flops()),
+    )
 
 
 def _arguments(forward, inputs: list[Any], model) -> tuple[Argument, ...]:
@@ -199,15 +249,33 @@ def _arguments(forward, inputs: list[Any], model) -> tuple[Argument, ...]:
     tensors, scalars = [], []
     for position, (name, value) in enumerate(zip(names, inputs)):
         if isinstance(value, torch.Tensor):
-            tensors.append(Argument(name=cpp_name(name), role="input", source=name, cpp_type="torch::Tensor",
-                                    shape=tuple(value.shape), dtype=str(value.dtype).removeprefix("torch."), position=position))
+            tensors.append(
+                Argument(
+                    name=cpp_name(name),
+                    role="input",
+                    source=name,
+                    cpp_type="torch::Tensor",
+                    shape=tuple(value.shape),
+                    dtype=str(value.dtype).removeprefix("torch."),
+                    position=position,
+                )
+            )
         elif isinstance(value, (bool, int, float)):
             cpp_type = {bool: "bool", int: "int64_t", float: "double"}[type(value)]
-            scalars.append(Argument(name=cpp_name(name), role="scalar", source=name, cpp_type=cpp_type, value=value,
-                                    position=position))
+            scalars.append(
+                Argument(name=cpp_name(name), role="scalar", source=name, cpp_type=cpp_type, value=value, position=position)
+            )
         else:
             raise TaskUnusable(f"forward argument `{name}` is a {type(value).__name__}: no C++ type for it in the binding")
-    state = [Argument(name=cpp_name(path), role=role, source=path, cpp_type="torch::Tensor", shape=tuple(t.shape),
-                      dtype=str(t.dtype).removeprefix("torch."))
-             for role, path, t in state_of(model)]
+    state = [
+        Argument(
+            name=cpp_name(path),
+            role=role,
+            source=path,
+            cpp_type="torch::Tensor",
+            shape=tuple(t.shape),
+            dtype=str(t.dtype).removeprefix("torch."),
+        )
+        for role, path, t in state_of(model)
+    ]
     return tuple(tensors + state + scalars)

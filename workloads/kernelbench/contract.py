@@ -50,8 +50,7 @@ def contract(task: Task, analysis: TaskAnalysis, groundtruth: str) -> Contract:
     }
     if task.params["level"] >= 2:
         files["params_semantics.json"] = json.dumps(params_semantics(analysis), indent=1) + "\n"
-    return Contract(source_filename=SOURCE_FILENAME, interface=_interface(task, analysis), files=files,
-                    binding=BINDING_FILENAME)
+    return Contract(source_filename=SOURCE_FILENAME, interface=_interface(task, analysis), files=files, binding=BINDING_FILENAME)
 
 
 def _describe(a: Argument) -> str:
@@ -64,8 +63,9 @@ def _describe(a: Argument) -> str:
 def _interface(task: Task, analysis: TaskAnalysis) -> str:
     if packed(analysis):
         state = {a.name: i for i, a in enumerate(_state(analysis))}
-        arguments = "\n".join(f"  - {'`state[%d]` = ' % state[a.name] if a.name in state else ''}{_describe(a)}"
-                              for a in analysis.arguments)
+        arguments = "\n".join(
+            f"  - {'`state[%d]` = ' % state[a.name] if a.name in state else ''}{_describe(a)}" for a in analysis.arguments
+        )
     else:
         arguments = "\n".join(f"  - {_describe(a)}" for a in analysis.arguments)
     return f"""\
@@ -84,8 +84,9 @@ shape (KernelBench's); it is checked on several seeds and two input distribution
 def _binding(analysis: TaskAnalysis) -> str:
     if packed(analysis):
         return _packed_binding(analysis)
-    args = ", ".join(f'py::arg("{a.name}")' + (f" = {_cpp_literal(a.value)}" if a.role == "scalar" else "")
-                     for a in analysis.arguments)
+    args = ", ".join(
+        f'py::arg("{a.name}")' + (f" = {_cpp_literal(a.value)}" if a.role == "scalar" else "") for a in analysis.arguments
+    )
     return f"""\
 // The frozen binding of a KernelBench contract: cuda_source.cu defines {ENTRY}.
 #include <torch/extension.h>
@@ -130,25 +131,36 @@ def _cpp_literal(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return repr(value) if value == value and abs(value) != float("inf") else ("NAN" if value != value else
-                                                                               ("INFINITY" if value > 0 else "-INFINITY"))
+        return (
+            repr(value)
+            if value == value and abs(value) != float("inf")
+            else ("NAN" if value != value else ("INFINITY" if value > 0 else "-INFINITY"))
+        )
     return str(value)
 
 
 def _torch_demo(analysis: TaskAnalysis) -> str:
     state = [a for a in analysis.arguments if a.role in ("parameter", "buffer")]
-    registrations = "\n".join(
-        f'        self.register_{a.role}("{a.name}", '
-        + (f'torch.nn.Parameter(reference.get_parameter("{a.source}").detach().clone()))' if a.role == "parameter"
-           else f'reference.get_buffer("{a.source}").detach().clone())')
-        for a in state
-    ) or "        pass  # the reference holds no parameters or buffers"
+    registrations = (
+        "\n".join(
+            f'        self.register_{a.role}("{a.name}", '
+            + (
+                f'torch.nn.Parameter(reference.get_parameter("{a.source}").detach().clone()))'
+                if a.role == "parameter"
+                else f'reference.get_buffer("{a.source}").detach().clone())'
+            )
+            for a in state
+        )
+        or "        pass  # the reference holds no parameters or buffers"
+    )
     forward_args = [a for a in analysis.arguments if a.role in ("input", "scalar")]
     forward_args.sort(key=lambda a: a.position)
     signature = ", ".join(a.name for a in forward_args)
-    call = ", ".join([a.name for a in analysis.tensor_arguments if a.role == "input"]
-                     + [f"self.{a.name}" for a in state]
-                     + [a.name for a in analysis.arguments if a.role == "scalar" and not packed(analysis)])
+    call = ", ".join(
+        [a.name for a in analysis.tensor_arguments if a.role == "input"]
+        + [f"self.{a.name}" for a in state]
+        + [a.name for a in analysis.arguments if a.role == "scalar" and not packed(analysis)]
+    )
     return f'''\
 """How a candidate is used from PyTorch: `ModelNew` holds the same parameters and buffers as `Model`, initialised
 identically (seed {INIT_SEED}, the same init inputs), and its forward calls the extension with them."""
@@ -195,9 +207,12 @@ def params_semantics(analysis: TaskAnalysis) -> dict:
                 "constraints": [f"{a.dtype}", "CUDA", "contiguous", "read-only"],
                 "dependencies": [
                     f"{a.name}.shape[{i}] == {b.name}.shape[{j}] == {size}"
-                    for i, size in enumerate(a.shape) if size > 1
-                    for b in tensors if b is not a
-                    for j, other in enumerate(b.shape) if other == size and (b.role != a.role or b.role == "input")
+                    for i, size in enumerate(a.shape)
+                    if size > 1
+                    for b in tensors
+                    if b is not a
+                    for j, other in enumerate(b.shape)
+                    if other == size and (b.role != a.role or b.role == "input")
                 ],
             }
         arguments.append(entry)

@@ -40,8 +40,15 @@ UNARY_C = {
 }
 """C expressions of one float `{v}` for the unary pointwise operators (their PyTorch definitions)."""
 
-BINARY_C = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "truediv": "({a} / {b})",
-            "div": "({a} / {b})", "maximum": "max_nan({a}, {b})", "minimum": "min_nan({a}, {b})"}
+BINARY_C = {
+    "add": "({a} + {b})",
+    "sub": "({a} - {b})",
+    "mul": "({a} * {b})",
+    "truediv": "({a} / {b})",
+    "div": "({a} / {b})",
+    "maximum": "max_nan({a}, {b})",
+    "minimum": "min_nan({a}, {b})",
+}
 
 
 def flit(value: Any) -> str:
@@ -95,8 +102,10 @@ def kernel_source(index: int, steps: list[Step]) -> str:
     refs = "".join(f"    const Operand& a{k} = layout.operands[{k}];\n" for k in range(len(operands)))
     bases = "".join(f"        const int64_t base{k} = row_offset(row, layout, a{k});\n" for k in range(len(operands)))
     arrays = "".join(f", o{k}[UNROLL]" for k in range(len(operands)))
-    loads = "".join(f"\n                    o{k}[u] = load_pack<VEC>(a{k}.data + base{k} + j * VEC * a{k}.inner, a{k}.inner);"
-                    for k in range(len(operands)))
+    loads = "".join(
+        f"\n                    o{k}[u] = load_pack<VEC>(a{k}.data + base{k} + j * VEC * a{k}.inner, a{k}.inner);"
+        for k in range(len(operands))
+    )
     lines = "\n".join(body)
     launch = "pointwise_kernel_{i}<{n}><<<grid_of(layout, {n}), block_of(layout, {n}), 0, stream>>>(in, out_data, layout);"
     return f"""

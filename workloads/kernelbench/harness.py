@@ -65,7 +65,8 @@ class KernelBenchHarness:
         argument in place between calls, which autograd refuses on a parameter that requires grad."""
         self.call_seed = CALL_SEED if self.analysis.random else None
         self.reference_engine = f"PyTorch {torch.__version__}: the task's Model in FP64" + (
-            " (FP32 from one RNG seed: it draws random numbers)" if self.call_seed is not None else "")
+            " (FP32 from one RNG seed: it draws random numbers)" if self.call_seed is not None else ""
+        )
         self._scalars: dict[int, Any] = {}
         self._torch = torch
         inputs = sum(math.prod(a.shape) * 4 for a in self.analysis.arguments if a.role == "input" and a.shape is not None)

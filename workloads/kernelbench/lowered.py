@@ -14,11 +14,25 @@ from hiera_workloads.kernelbench.analysis import TaskAnalysis, meta_inputs, meta
 from hiera_workloads.kernelbench.contract import declaration, state_aliases
 from hiera_workloads.kernelbench.translate import NoTranslation, lit
 
-DTYPES = {"float32": "at::kFloat", "float64": "at::kDouble", "float16": "at::kHalf", "bfloat16": "at::kBFloat16",
-          "int64": "at::kLong", "int32": "at::kInt", "int16": "at::kShort", "int8": "at::kChar", "uint8": "at::kByte",
-          "bool": "at::kBool", "complex64": "at::kComplexFloat"}
-MEMORY_FORMATS = {"contiguous_format": "at::MemoryFormat::Contiguous", "preserve_format": "at::MemoryFormat::Preserve",
-                  "channels_last": "at::MemoryFormat::ChannelsLast", "channels_last_3d": "at::MemoryFormat::ChannelsLast3d"}
+DTYPES = {
+    "float32": "at::kFloat",
+    "float64": "at::kDouble",
+    "float16": "at::kHalf",
+    "bfloat16": "at::kBFloat16",
+    "int64": "at::kLong",
+    "int32": "at::kInt",
+    "int16": "at::kShort",
+    "int8": "at::kChar",
+    "uint8": "at::kByte",
+    "bool": "at::kBool",
+    "complex64": "at::kComplexFloat",
+}
+MEMORY_FORMATS = {
+    "contiguous_format": "at::MemoryFormat::Contiguous",
+    "preserve_format": "at::MemoryFormat::Preserve",
+    "channels_last": "at::MemoryFormat::ChannelsLast",
+    "channels_last_3d": "at::MemoryFormat::ChannelsLast3d",
+}
 WRAPPED = """#include <ATen/ScalarOps.h>
 
 // A Python number passed for a tensor operand, as PyTorch passes it: a 0-dim CPU tensor marked as a wrapped
@@ -58,7 +72,7 @@ def _lower(module: ModuleType, analysis: TaskAnalysis):
 
     def forward(*flat):
         values = list(call)
-        for position, tensor in zip(positions, flat[len(state):], strict=True):
+        for position, tensor in zip(positions, flat[len(state) :], strict=True):
             values[position] = tensor
         return functional_call(model, {a.source: t for a, t in zip(state, flat, strict=False)}, tuple(values))
 
@@ -97,8 +111,10 @@ class _Emitter:
         """Whether a Python number stands where an operator takes a tensor (then the seed defines `wrapped`)."""
 
     def emit(self) -> str:
-        arguments = iter([a for a in self.analysis.arguments if a.role in ("parameter", "buffer")]
-                         + sorted((a for a in self.analysis.arguments if a.role == "input"), key=lambda a: a.position))
+        arguments = iter(
+            [a for a in self.analysis.arguments if a.role in ("parameter", "buffer")]
+            + sorted((a for a in self.analysis.arguments if a.role == "input"), key=lambda a: a.position)
+        )
         output = None
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
@@ -156,8 +172,7 @@ class _Emitter:
             raise NoTranslation(f"a call of {getattr(target, '__name__', target)} outside ATen")
         schema = target._schema
         values = self.bound(node, schema)
-        written = [v for a, v in zip(schema.arguments, values, strict=True)
-                   if a.alias_info is not None and a.alias_info.is_write]
+        written = [v for a, v in zip(schema.arguments, values, strict=True) if a.alias_info is not None and a.alias_info.is_write]
         if schema.name == "aten::copy_":  # functionalization writes mutated state back this way
             dst, src = node.args[:2]
             self.lines.append(f"    {self.names[dst]}.copy_({self.names[src]});")
@@ -166,8 +181,10 @@ class _Emitter:
             raise NoTranslation(f"the in-place operator {schema.name} on an argument")
         # in place on a tensor the forward made (an LSTM cell's gates): the same call, on the same variable
         cpp = schema.name.split("::", 1)[1] + (f"_{schema.overload_name}" if schema.overload_name else "")
-        args = ", ".join(self.argument(value, kind, a.name)
-                         for a, kind, value in zip(schema.arguments, _declared_types(schema), values, strict=True))
+        args = ", ".join(
+            self.argument(value, kind, a.name)
+            for a, kind, value in zip(schema.arguments, _declared_types(schema), values, strict=True)
+        )
         returns = [str(r.type) for r in schema.returns]
         kind = "tuple" if len(returns) > 1 else "list" if returns == ["List[Tensor]"] else "tensor"
         if returns and any(r not in ("Tensor", "List[Tensor]") for r in returns):
@@ -252,5 +269,7 @@ class _Emitter:
         integral = not (value.is_floating_point() or value.is_complex())
         items = ", ".join(lit(int(v) if integral else float(v)) for v in value.flatten().tolist())
         shape = ", ".join(str(s) for s in value.shape)
-        return (f"at::tensor(std::vector<{'int64_t' if integral else 'double'}>{{{items}}})"
-                f".reshape(at::IntArrayRef({{{shape}}})).to({self.device}, {dtype})")
+        return (
+            f"at::tensor(std::vector<{'int64_t' if integral else 'double'}>{{{items}}})"
+            f".reshape(at::IntArrayRef({{{shape}}})).to({self.device}, {dtype})"
+        )

@@ -24,15 +24,46 @@ class _Cascade(NoTranslation):
 
 
 _UNSET = object()
-LOSS_DEFAULTS = {"weight": None, "size_average": None, "reduce": None, "ignore_index": -100, "reduction": "mean",
-                 "label_smoothing": 0.0, "beta": 1.0, "log_target": False}
+LOSS_DEFAULTS = {
+    "weight": None,
+    "size_average": None,
+    "reduce": None,
+    "ignore_index": -100,
+    "reduction": "mean",
+    "label_smoothing": 0.0,
+    "beta": 1.0,
+    "log_target": False,
+}
 """Keyword arguments that torch.fx records with their default values: dropped, as if not given."""
 
-ALIASES = {"multiply": "mul", "subtract": "sub", "divide": "div", "true_divide": "div", "clip": "clamp",
-           "swish": "silu", "negative": "neg", "absolute": "abs"}
+ALIASES = {
+    "multiply": "mul",
+    "subtract": "sub",
+    "divide": "div",
+    "true_divide": "div",
+    "clip": "clamp",
+    "swish": "silu",
+    "negative": "neg",
+    "absolute": "abs",
+}
 
-VIEWS = {"detach", "view", "reshape", "permute", "transpose", "squeeze", "unsqueeze", "flatten", "expand", "contiguous", "t",
-         "getitem", "narrow", "select", "unflatten"}
+VIEWS = {
+    "detach",
+    "view",
+    "reshape",
+    "permute",
+    "transpose",
+    "squeeze",
+    "unsqueeze",
+    "flatten",
+    "expand",
+    "contiguous",
+    "t",
+    "getitem",
+    "narrow",
+    "select",
+    "unflatten",
+}
 """Operations whose result may share memory with their argument: an output produced only by these is cloned."""
 
 
@@ -74,33 +105,90 @@ def _dims(dim: Any) -> str:
     return lit(tuple(dim) if isinstance(dim, (tuple, list)) else (dim,))
 
 
-UNARY = {"relu": "at::relu({x})", "sigmoid": "at::sigmoid({x})", "tanh": "at::tanh({x})", "exp": "at::exp({x})",
-         "log": "at::log({x})", "abs": "at::abs({x})", "sqrt": "at::sqrt({x})", "rsqrt": "at::rsqrt({x})",
-         "erf": "at::erf({x})", "neg": "(-{x})", "selu": "at::selu({x})", "silu": "at::silu({x})",
-         "mish": "at::mish({x})", "hardsigmoid": "at::hardsigmoid({x})", "hardswish": "at::hardswish({x})",
-         "softsign": "({x} / (at::abs({x}) + 1))", "contiguous": "{x}.contiguous()", "t": "{x}.t()", "float": "{x}.to(at::kFloat)",
-         "sign": "at::sign({x})", "square": "at::square({x})", "log1p": "at::log1p({x})", "sin": "at::sin({x})",
-         "cos": "at::cos({x})", "reciprocal": "at::reciprocal({x})", "floor": "at::floor({x})", "ceil": "at::ceil({x})",
-         "clone": "{x}.clone()", "detach": "{x}.detach()", "diag": "at::diag({x})", "logsigmoid": "at::log_sigmoid({x})", "identity": "{x}"}
-BINARY = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})", "truediv": "({a} / {b})", "div": "({a} / {b})",
-          "matmul": "at::matmul({a}, {b})", "mm": "at::mm({a}, {b})", "bmm": "at::bmm({a}, {b})", "pow": "at::pow({a}, {b})",
-          "maximum": "at::maximum({a}, {b})", "minimum": "at::minimum({a}, {b})", "radd": "({b} + {a})",
-          "rsub": "({b} - {a})", "rmul": "({b} * {a})", "rtruediv": "({b} / {a})", "gt": "({a} > {b})", "lt": "({a} < {b})",
-          "ge": "({a} >= {b})", "le": "({a} <= {b})", "eq": "({a} == {b})"}
+UNARY = {
+    "relu": "at::relu({x})",
+    "sigmoid": "at::sigmoid({x})",
+    "tanh": "at::tanh({x})",
+    "exp": "at::exp({x})",
+    "log": "at::log({x})",
+    "abs": "at::abs({x})",
+    "sqrt": "at::sqrt({x})",
+    "rsqrt": "at::rsqrt({x})",
+    "erf": "at::erf({x})",
+    "neg": "(-{x})",
+    "selu": "at::selu({x})",
+    "silu": "at::silu({x})",
+    "mish": "at::mish({x})",
+    "hardsigmoid": "at::hardsigmoid({x})",
+    "hardswish": "at::hardswish({x})",
+    "softsign": "({x} / (at::abs({x}) + 1))",
+    "contiguous": "{x}.contiguous()",
+    "t": "{x}.t()",
+    "float": "{x}.to(at::kFloat)",
+    "sign": "at::sign({x})",
+    "square": "at::square({x})",
+    "log1p": "at::log1p({x})",
+    "sin": "at::sin({x})",
+    "cos": "at::cos({x})",
+    "reciprocal": "at::reciprocal({x})",
+    "floor": "at::floor({x})",
+    "ceil": "at::ceil({x})",
+    "clone": "{x}.clone()",
+    "detach": "{x}.detach()",
+    "diag": "at::diag({x})",
+    "logsigmoid": "at::log_sigmoid({x})",
+    "identity": "{x}",
+}
+BINARY = {
+    "add": "({a} + {b})",
+    "sub": "({a} - {b})",
+    "mul": "({a} * {b})",
+    "truediv": "({a} / {b})",
+    "div": "({a} / {b})",
+    "matmul": "at::matmul({a}, {b})",
+    "mm": "at::mm({a}, {b})",
+    "bmm": "at::bmm({a}, {b})",
+    "pow": "at::pow({a}, {b})",
+    "maximum": "at::maximum({a}, {b})",
+    "minimum": "at::minimum({a}, {b})",
+    "radd": "({b} + {a})",
+    "rsub": "({b} - {a})",
+    "rmul": "({b} * {a})",
+    "rtruediv": "({b} / {a})",
+    "gt": "({a} > {b})",
+    "lt": "({a} < {b})",
+    "ge": "({a} >= {b})",
+    "le": "({a} <= {b})",
+    "eq": "({a} == {b})",
+}
 
 
 CLAMPS = ("clamp", "clamp_min", "clamp_max", "hardtanh", "relu6")
-ACTIVATION_MODULES = {"ReLU": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "SELU": "selu", "SiLU": "silu", "Mish": "mish",
-                      "Hardsigmoid": "hardsigmoid", "Hardswish": "hardswish", "Softsign": "softsign",
-                      "Identity": "identity", "LogSigmoid": "logsigmoid"}
+ACTIVATION_MODULES = {
+    "ReLU": "relu",
+    "Sigmoid": "sigmoid",
+    "Tanh": "tanh",
+    "SELU": "selu",
+    "SiLU": "silu",
+    "Mish": "mish",
+    "Hardsigmoid": "hardsigmoid",
+    "Hardswish": "hardswish",
+    "Softsign": "softsign",
+    "Identity": "identity",
+    "LogSigmoid": "logsigmoid",
+}
 """nn modules that apply one parameterless elementwise function, by the function's name."""
 
 
 def _clamp_bounds(name: str, args: tuple, kwargs: dict) -> tuple[Any, Any]:
     """(min, max) of a clamp-like call, None where unbounded; NoTranslation for tensor bounds."""
     defaults = {"hardtanh": (-1.0, 1.0), "relu6": (0.0, 6.0)}.get(name, (None, None))
-    names = {"clamp_min": ["input", "min"], "clamp_max": ["input", "max"], "hardtanh": ["input", "min_val", "max_val"],
-             "relu6": ["input"]}.get(name, ["input", "min", "max"])
+    names = {
+        "clamp_min": ["input", "min"],
+        "clamp_max": ["input", "max"],
+        "hardtanh": ["input", "min_val", "max_val"],
+        "relu6": ["input"],
+    }.get(name, ["input", "min", "max"])
     b = _bind(args, kwargs, names, {})
     lo = b.get("min", b.get("min_val", defaults[0]))
     hi = b.get("max", b.get("max_val", defaults[1]))
@@ -113,20 +201,85 @@ def _function_names() -> dict[Any, str]:
     import torch
     import torch.nn.functional as F
 
-    names = {getattr(operator, n): n for n in ("add", "sub", "mul", "truediv", "floordiv", "matmul", "pow", "neg",
-                                                "getitem", "gt", "lt", "ge", "le", "eq")}
-    for n in list(UNARY) + list(BINARY) + ["softmax", "log_softmax", "sum", "mean", "amax", "amin", "max", "min",
-                                           "argmax", "argmin", "prod", "cumsum", "cumprod", "clamp", "logsumexp",
-                                           "tril", "triu", "where", "norm", "var", "std", "einsum", "flip",
-                                           "flatten", "transpose", "permute", "unsqueeze", "squeeze", "reshape",
-                                           "cat", "stack", "gelu", "leaky_relu", "elu", "softplus", "hardtanh",
-                                           "relu6", "dropout", "mse_loss", "smooth_l1_loss", "cross_entropy",
-                                           "kl_div", "cosine_similarity", "layer_norm", "group_norm", "clamp_min",
-                                           "clamp_max", "linear", "conv2d", "scaled_dot_product_attention", "flip",
-                                           "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
-                                           "tensor", "multiply", "subtract", "divide", "smooth_l1_loss", "kl_div",
-                                           "cross_entropy", "selu", "mish", "hardswish", "hardsigmoid", "silu",
-                                           "max_pool1d", "max_pool2d", "max_pool3d"]:
+    names = {
+        getattr(operator, n): n
+        for n in ("add", "sub", "mul", "truediv", "floordiv", "matmul", "pow", "neg", "getitem", "gt", "lt", "ge", "le", "eq")
+    }
+    for n in (
+        list(UNARY)
+        + list(BINARY)
+        + [
+            "softmax",
+            "log_softmax",
+            "sum",
+            "mean",
+            "amax",
+            "amin",
+            "max",
+            "min",
+            "argmax",
+            "argmin",
+            "prod",
+            "cumsum",
+            "cumprod",
+            "clamp",
+            "logsumexp",
+            "tril",
+            "triu",
+            "where",
+            "norm",
+            "var",
+            "std",
+            "einsum",
+            "flip",
+            "flatten",
+            "transpose",
+            "permute",
+            "unsqueeze",
+            "squeeze",
+            "reshape",
+            "cat",
+            "stack",
+            "gelu",
+            "leaky_relu",
+            "elu",
+            "softplus",
+            "hardtanh",
+            "relu6",
+            "dropout",
+            "mse_loss",
+            "smooth_l1_loss",
+            "cross_entropy",
+            "kl_div",
+            "cosine_similarity",
+            "layer_norm",
+            "group_norm",
+            "clamp_min",
+            "clamp_max",
+            "linear",
+            "conv2d",
+            "scaled_dot_product_attention",
+            "flip",
+            "adaptive_avg_pool1d",
+            "adaptive_avg_pool2d",
+            "adaptive_avg_pool3d",
+            "tensor",
+            "multiply",
+            "subtract",
+            "divide",
+            "smooth_l1_loss",
+            "kl_div",
+            "cross_entropy",
+            "selu",
+            "mish",
+            "hardswish",
+            "hardsigmoid",
+            "silu",
+            "max_pool1d",
+            "max_pool2d",
+            "max_pool3d",
+        ]
+    ):
         for namespace in (torch, F, torch.special):
             if (fn := getattr(namespace, n, None)) is not None and callable(fn):
                 names.setdefault(fn, n)
@@ -323,8 +476,12 @@ class _Emitter:
             if node.op not in ("call_function", "call_method", "call_module") or self.kind.get(node) != "new":
                 continue
             found = self.pointwise_step(node)
-            if (found is not None and all(self.kind.get(t) in TENSOR_KINDS for t in (found[0], *found[1].tensors))
-                    and _shape(node) is not None and _shape(node) == _shape(found[0])):  # operands broadcast to the
+            if (
+                found is not None
+                and all(self.kind.get(t) in TENSOR_KINDS for t in (found[0], *found[1].tensors))
+                and _shape(node) is not None
+                and _shape(node) == _shape(found[0])
+            ):  # operands broadcast to the
                 steps[node] = found  # value, not it to them (level 2 task 51: [2048, 1] + [2048, 8192])
         chains, member = [], {}
         for node, (main, _) in steps.items():
@@ -368,8 +525,12 @@ class _Emitter:
             return None
         if name in fusion.UNARY_C and len(args) == 1 and not kwargs:
             return args[0], fusion.Step(fusion.UNARY_C[name])
-        parameters = {"gelu": ["input", "approximate"], "leaky_relu": ["input", "negative_slope"], "elu": ["input", "alpha"],
-                      "softplus": ["input", "beta", "threshold"]}
+        parameters = {
+            "gelu": ["input", "approximate"],
+            "leaky_relu": ["input", "negative_slope"],
+            "elu": ["input", "alpha"],
+            "softplus": ["input", "beta", "threshold"],
+        }
         if (name in parameters or name in CLAMPS) and hasattr(args[0], "op"):
             try:
                 if name in CLAMPS:
@@ -404,8 +565,11 @@ class _Emitter:
     def _extends_chain(self, node) -> bool:
         """Whether `node` is a pointwise operator whose only user is the next step (so a chain can run on)."""
         if node not in self._extends:
-            self._extends[node] = (node.op in ("call_function", "call_method", "call_module")
-                                   and len(node.users) == 1 and self.pointwise_step(node) is not None)
+            self._extends[node] = (
+                node.op in ("call_function", "call_method", "call_module")
+                and len(node.users) == 1
+                and self.pointwise_step(node) is not None
+            )
         return self._extends[node]
 
     def _pointwise_module(self, mod, args) -> tuple[Any, fusion.Step] | None:
@@ -579,8 +743,11 @@ class _Emitter:
         if name == "getitem":
             source_kind = self.kind.get(args[0])
             if source_kind == "lstm" and args[1] in (0, 1):  # at::lstm is flat (out, h, c); nn.LSTM is (out, (h, c))
-                return ("std::get<0>(%s)" % x, "new") if args[1] == 0 else \
-                    (f"std::make_tuple(std::get<1>({x}), std::get<2>({x}))", "tuple")
+                return (
+                    ("std::get<0>(%s)" % x, "new")
+                    if args[1] == 0
+                    else (f"std::make_tuple(std::get<1>({x}), std::get<2>({x}))", "tuple")
+                )
             if source_kind == "tuple" and isinstance(args[1], int):
                 return f"std::get<{args[1]}>({x})", "new"
             if source_kind == "sizes" and isinstance(args[1], int):
@@ -604,13 +771,19 @@ class _Emitter:
             return f"({a(args[0])} / {a(args[1])})", "int"  # sizes: non-negative, so C++ division is floor division
         if name.startswith("max_pool"):
             n = int(name[-2])
-            b = _bind(args, kwargs, ["input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"],
-                      {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False, "return_indices": False})
+            b = _bind(
+                args,
+                kwargs,
+                ["input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"],
+                {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False, "return_indices": False},
+            )
             if b["return_indices"]:
                 raise NoTranslation(f"{name}(return_indices=True)")
             stride = b["stride"] if b["stride"] not in (None, [], ()) else b["kernel_size"]
-            return (f"at::{name}({x}, {_pair(b['kernel_size'], n)}, {_pair(stride, n)}, {_pair(b['padding'], n)}, "
-                    f"{_pair(b['dilation'], n)}, {lit(b['ceil_mode'])})"), "new"
+            return (
+                f"at::{name}({x}, {_pair(b['kernel_size'], n)}, {_pair(stride, n)}, {_pair(b['padding'], n)}, "
+                f"{_pair(b['dilation'], n)}, {lit(b['ceil_mode'])})"
+            ), "new"
         if name == "mse_loss" and not kwargs:
             return f"at::mse_loss({x}, {a(args[1])})", "new"
         raise NoTranslation(f"{name}({', '.join(type(v).__name__ for v in args[1:])})" if args else name)
@@ -664,49 +837,65 @@ class _Emitter:
             padding = lit(mod.padding) if isinstance(mod.padding, str) else f"at::IntArrayRef({lit(tuple(mod.padding))})"
             if mod.padding_mode != "zeros":
                 raise NoTranslation(f"{kind}(padding_mode={mod.padding_mode})")
-            return (f"at::{kind.lower()}({x}, {state('weight')}, {state('bias')}, {_pair(mod.stride, n)}, "
-                    f"{padding}, {_pair(mod.dilation, n)}, {mod.groups})"), "new"
+            return (
+                f"at::{kind.lower()}({x}, {state('weight')}, {state('bias')}, {_pair(mod.stride, n)}, "
+                f"{padding}, {_pair(mod.dilation, n)}, {mod.groups})"
+            ), "new"
         if kind in ("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"):
             n = int(kind[-2])
             if len(args) > 1:
                 raise NoTranslation(f"{kind}(output_size=)")
-            return (f"at::conv_transpose{n}d({x}, {state('weight')}, {state('bias')}, {_pair(mod.stride, n)}, "
-                    f"{_pair(mod.padding, n)}, {_pair(mod.output_padding, n)}, {mod.groups}, {_pair(mod.dilation, n)})"), "new"
+            return (
+                f"at::conv_transpose{n}d({x}, {state('weight')}, {state('bias')}, {_pair(mod.stride, n)}, "
+                f"{_pair(mod.padding, n)}, {_pair(mod.output_padding, n)}, {mod.groups}, {_pair(mod.dilation, n)})"
+            ), "new"
         if kind in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"):
             training = mod.training or not mod.track_running_stats
             # training mode normalises with the batch's statistics; the running ones are not passed, because
             # updating them would write the call's arguments
             stats = "{}, {}" if training else f"{state('running_mean')}, {state('running_var')}"
-            return (f"at::batch_norm({x}, {state('weight')}, {state('bias')}, {stats}, {lit(training)}, "
-                    f"{lit(float(mod.momentum or 0.0))}, {lit(float(mod.eps))}, true)"), "new"
+            return (
+                f"at::batch_norm({x}, {state('weight')}, {state('bias')}, {stats}, {lit(training)}, "
+                f"{lit(float(mod.momentum or 0.0))}, {lit(float(mod.eps))}, true)"
+            ), "new"
         if kind in ("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"):
             use_input_stats = mod.training or not mod.track_running_stats
             stats = "{}, {}" if use_input_stats else f"{state('running_mean')}, {state('running_var')}"
-            return (f"at::instance_norm({x}, {state('weight')}, {state('bias')}, {stats}, {lit(use_input_stats)}, "
-                    f"{lit(float(mod.momentum or 0.0))}, {lit(float(mod.eps))}, true)"), "new"
+            return (
+                f"at::instance_norm({x}, {state('weight')}, {state('bias')}, {stats}, {lit(use_input_stats)}, "
+                f"{lit(float(mod.momentum or 0.0))}, {lit(float(mod.eps))}, true)"
+            ), "new"
         if kind == "GroupNorm":
             return f"at::group_norm({x}, {mod.num_groups}, {state('weight')}, {state('bias')}, {lit(float(mod.eps))})", "new"
         if kind == "LayerNorm":
-            return (f"at::layer_norm({x}, {lit(tuple(mod.normalized_shape))}, {state('weight')}, {state('bias')}, "
-                    f"{lit(float(mod.eps))})"), "new"
+            return (
+                f"at::layer_norm({x}, {lit(tuple(mod.normalized_shape))}, {state('weight')}, {state('bias')}, "
+                f"{lit(float(mod.eps))})"
+            ), "new"
         if kind in ("MaxPool1d", "MaxPool2d", "MaxPool3d"):
             n = int(kind[-2])
             if mod.return_indices:
                 raise NoTranslation(f"{kind}(return_indices=True)")
             stride = mod.stride if mod.stride is not None else mod.kernel_size
-            return (f"at::max_pool{n}d({x}, {_pair(mod.kernel_size, n)}, {_pair(stride, n)}, {_pair(mod.padding, n)}, "
-                    f"{_pair(mod.dilation, n)}, {lit(mod.ceil_mode)})"), "new"
+            return (
+                f"at::max_pool{n}d({x}, {_pair(mod.kernel_size, n)}, {_pair(stride, n)}, {_pair(mod.padding, n)}, "
+                f"{_pair(mod.dilation, n)}, {lit(mod.ceil_mode)})"
+            ), "new"
         if kind in ("AvgPool1d", "AvgPool2d", "AvgPool3d"):
             n = int(kind[-2])
             stride = mod.stride if mod.stride is not None else mod.kernel_size
-            common = (f"at::avg_pool{n}d({x}, {_pair(mod.kernel_size, n)}, {_pair(stride, n)}, {_pair(mod.padding, n)}, "
-                      f"{lit(mod.ceil_mode)}, {lit(mod.count_include_pad)}")
+            common = (
+                f"at::avg_pool{n}d({x}, {_pair(mod.kernel_size, n)}, {_pair(stride, n)}, {_pair(mod.padding, n)}, "
+                f"{lit(mod.ceil_mode)}, {lit(mod.count_include_pad)}"
+            )
             if n == 1:
                 return common + ")", "new"
             return common + f", {_opt(mod.divisor_override)})", "new"
         if kind in ("AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d"):
             n = int(kind[-2])
-            if not all(isinstance(v, int) for v in (mod.output_size if isinstance(mod.output_size, tuple) else (mod.output_size,))):
+            if not all(
+                isinstance(v, int) for v in (mod.output_size if isinstance(mod.output_size, tuple) else (mod.output_size,))
+            ):
                 raise NoTranslation(f"{kind}(output_size with None)")
             return f"at::adaptive_avg_pool{n}d({x}, {_pair(mod.output_size, n)})", "new"
         if kind in ("Softmax", "LogSoftmax"):
@@ -729,14 +918,18 @@ class _Emitter:
             return f"at::dropout({x}, {lit(float(mod.p))}, true)", "new"
         if kind == "TripletMarginLoss" and len(args) == 3 and not kwargs:
             reduction = {"none": "None", "mean": "Mean", "sum": "Sum"}[mod.reduction]
-            return (f"at::triplet_margin_loss({x}, {self.arg(args[1])}, {self.arg(args[2])}, {lit(float(mod.margin))}, "
-                    f"{lit(float(mod.p))}, {lit(float(mod.eps))}, {lit(mod.swap)}, at::Reduction::{reduction})"), "new"
+            return (
+                f"at::triplet_margin_loss({x}, {self.arg(args[1])}, {self.arg(args[2])}, {lit(float(mod.margin))}, "
+                f"{lit(float(mod.p))}, {lit(float(mod.eps))}, {lit(mod.swap)}, at::Reduction::{reduction})"
+            ), "new"
         if kind in ("LSTM", "GRU"):
             if len(args) < 2 or args[1] is None or getattr(mod, "proj_size", 0):
                 raise NoTranslation(f"nn.{kind} without an initial state, or with proj_size")
             weights = ", ".join(self.state[f"{path}.{n}" if path else n] for n in mod._flat_weights_names)
-            flags = (f"{lit(mod.bias)}, {mod.num_layers}, {lit(float(mod.dropout))}, {lit(mod.training)}, "
-                     f"{lit(mod.bidirectional)}, {lit(mod.batch_first)}")
+            flags = (
+                f"{lit(mod.bias)}, {mod.num_layers}, {lit(float(mod.dropout))}, {lit(mod.training)}, "
+                f"{lit(mod.bidirectional)}, {lit(mod.batch_first)}"
+            )
             if kind == "GRU":
                 return f"at::gru({x}, {self.arg(args[1])}, {{{weights}}}, {flags})", "tuple"
             if not isinstance(args[1], (tuple, list)) or len(args[1]) != 2:

@@ -87,8 +87,7 @@ class KernelBench:
         if not directory.is_dir():
             self._failures[level] = f"{directory}: no such directory: the checkout has no {level}"
             return self._loaded
-        files = sorted((int(m.group(1)), m.group(2), path) for path in directory.iterdir()
-                       if (m := TASK_FILE.match(path.name)))
+        files = sorted((int(m.group(1)), m.group(2), path) for path in directory.iterdir() if (m := TASK_FILE.match(path.name)))
         chosen = self._select(files)
         if self.config.sample and self.config.sample < len(chosen):  # drawn before loading: a task that fails is a failure
             draw = random.Random(f"{self.config.sample_seed}:level{self.config.level}")  # each level its own draw
@@ -102,11 +101,18 @@ class KernelBench:
                 self._failures[stem] = str(exc)
                 continue
             task = Task(
-                workload=self.name, name=stem,
-                params={"level": self.config.level, "id": task_id, "path": str(path.resolve()), "dtype": "float32",
-                        "rtol": self.config.rtol, "atol": self.config.atol},
+                workload=self.name,
+                name=stem,
+                params={
+                    "level": self.config.level,
+                    "id": task_id,
+                    "path": str(path.resolve()),
+                    "dtype": "float32",
+                    "rtol": self.config.rtol,
+                    "atol": self.config.atol,
+                },
                 description=f"KernelBench level {self.config.level} task {task_id}, {name.replace('_', ' ').strip()}: "
-                            f"the PyTorch Model in groundtruth.py, FP32, output {list(analysis.output_shape)}.",
+                f"the PyTorch Model in groundtruth.py, FP32, output {list(analysis.output_shape)}.",
             )
             self._loaded[stem] = _Loaded(task=task, analysis=analysis, module=module)
         return self._loaded
@@ -208,8 +214,10 @@ class KernelBench:
         if scalars:
             lines.append(f"Scalar arguments keep their `get_inputs()` values: {', '.join(scalars)}.")
         if state:
-            lines.append(f"The model's {len(state)} parameters and buffers are passed as tensors, as `Model` initialises them"
-                         " (the same values on every call).")
+            lines.append(
+                f"The model's {len(state)} parameters and buffers are passed as tensors, as `Model` initialises them"
+                " (the same values on every call)."
+            )
         if analysis.random:
             lines.append(f"The forward draws random numbers: the reference and every call start from RNG seed {CALL_SEED}.")
         lines.append(
@@ -238,8 +246,10 @@ class TranslationTemplate:
     candidate, in pure CUDA (direction M: the kernel's own loads and stores)."""
 
     name = "kernelbench-aten"
-    knobs: ClassVar[dict[str, Knob]] = {"fuse_pointwise": Knob(values=(False, True), direction="R", space="libraries_pytorch"),
-             "pointwise_kernel": Knob(values=(False, True), direction="M", space="pure_cuda")}
+    knobs: ClassVar[dict[str, Knob]] = {
+        "fuse_pointwise": Knob(values=(False, True), direction="R", space="libraries_pytorch"),
+        "pointwise_kernel": Knob(values=(False, True), direction="M", space="pure_cuda"),
+    }
 
     def __init__(self, loaded: _Loaded) -> None:
         self.loaded = loaded

@@ -81,15 +81,19 @@ def templates(task: Task) -> list[HostStencilTemplate]:
 def inputs(task: Task) -> str:
     """What the judge feeds a candidate, from the harness's own cases."""
     h = harness(task)
-    return describe_inputs(field="in", radius=h.radius, steps=h.steps, cases=h.correctness_cases(False),
-                           remeasure_cases=h.correctness_cases(True), timed=h.timing_case()["n"])
+    return describe_inputs(
+        field="in",
+        radius=h.radius,
+        steps=h.steps,
+        cases=h.correctness_cases(False),
+        remeasure_cases=h.correctness_cases(True),
+        timed=h.timing_case()["n"],
+    )
 
 
 def harness(task: Task) -> HostStencilHarness:
     p = task.params
-    return HostStencilHarness(
-        n=grid(task), radius=p["radius"], steps=p["steps"]
-    )
+    return HostStencilHarness(n=grid(task), radius=p["radius"], steps=p["steps"])
 
 
 class HostStencilTemplate:
@@ -368,10 +372,7 @@ _STATIC_COMMENT = " * Static scheduling keeps each thread on the same rows in ev
 def _stencil_step(streaming: bool, unroll: int, block_cols: int, threads: int) -> str:
     cols = "jb, je" if block_cols else "0, n"
     if streaming and unroll > 1:
-        rows = (
-            "for (int i = 0; i < n; i += UNROLL)\n"
-            f"    stream_block(n, r, w, src, dst, i, imin(UNROLL, n - i), {cols});"
-        )
+        rows = f"for (int i = 0; i < n; i += UNROLL)\n    stream_block(n, r, w, src, dst, i, imin(UNROLL, n - i), {cols});"
     else:
         row = "stream_row" if streaming else "stencil_row"
         rows = f"for (int i = 0; i < n; i++)\n    {row}(n, r, w, src, dst + (size_t)i * n, i, {cols});"
@@ -381,8 +382,7 @@ def _stencil_step(streaming: bool, unroll: int, block_cols: int, threads: int) -
     elif block_cols:
         rows = (
             f"{_BLOCKS_COMMENT}\n{_STATIC_COMMENT} */\n#pragma omp parallel{team}\n"
-            "for (int jb = 0; jb < n; jb += BLOCK_COLS) {\n"
-            + _blocked("#pragma omp for schedule(static) nowait\n" + rows)
+            "for (int jb = 0; jb < n; jb += BLOCK_COLS) {\n" + _blocked("#pragma omp for schedule(static) nowait\n" + rows)
         )
     elif threads != 1:
         rows = f"#pragma omp parallel for schedule(static){team}\n" + rows
@@ -478,9 +478,7 @@ class HostStencilHarness:
     def output(self, case: Mapping[str, Any]) -> np.ndarray:
         return np.empty((case["n"], case["n"]))
 
-    def call(
-        self, lib: ctypes.CDLL, case: Mapping[str, Any], inputs: Mapping[str, np.ndarray], out: np.ndarray
-    ) -> None:
+    def call(self, lib: ctypes.CDLL, case: Mapping[str, Any], inputs: Mapping[str, np.ndarray], out: np.ndarray) -> None:
         n = case["n"]
         scratch = self._scratch.get(n)
         if scratch is None:

@@ -43,8 +43,16 @@ def draw_weights(radius: int, rng: np.random.Generator) -> np.ndarray:
     return weights / weights.sum()
 
 
-def describe_inputs(*, field: str, radius: int, steps: int, cases: Sequence[Mapping[str, Any]],
-                    remeasure_cases: Sequence[Mapping[str, Any]], timed: int, once: str = "the first seed only") -> str:
+def describe_inputs(
+    *,
+    field: str,
+    radius: int,
+    steps: int,
+    cases: Sequence[Mapping[str, Any]],
+    remeasure_cases: Sequence[Mapping[str, Any]],
+    timed: int,
+    once: str = "the first seed only",
+) -> str:
     """The inputs a stencil2d candidate is checked and timed on, as a prompt states them (`Workload.inputs`), from
     a side's correctness cases (dicts with `n` and `first_seed_only`), for its field argument named `field`;
     `once` says what a `first_seed_only` case is checked with."""
@@ -55,20 +63,22 @@ def describe_inputs(*, field: str, radius: int, steps: int, cases: Sequence[Mapp
     checked = f"n = {', '.join(every)} with seeds {', '.join(map(str, CHECK_SEEDS))} and both distributions"
     if large:
         checked += f", and at n = {', '.join(large)} with {once}"
-    return "\n".join((
-        "Every check and every timed call gets fresh inputs, drawn from its own seed:",
-        f"- `{field}`: n x n FP64 values from one of two distributions: `uniform`, every value uniform in"
-        f" [{FIELD_RANGE[0]:g}, {FIELD_RANGE[1]:g}]; `spiky`, {fraction:.0%} of the points (at least one) at"
-        f" +-[{spike_low:g}, {spike_high:g}] and every other point exactly 0.",
-        f"- `weights`: {k}x{k} = {k * k} FP64 values, each drawn uniform in [{low:g}, {high:g}] and then scaled so"
-        f" that they sum to 1: random positive weights, new for every input, not a uniform average (not 1/{k * k}"
-        " each), so read them on every call.",
-        f"- radius {radius} and steps {steps}: fixed for this task.",
-        f"Before timing, correctness is checked at {checked}; the calls are then timed at n = {timed}, each on"
-        " fresh inputs, and a share of them, chosen in secret, is checked too. The best few candidates are measured"
-        f" again at the end, each in fresh processes, at n = {', '.join(str(c['n']) for c in remeasure_cases)} with seeds"
-        f" {', '.join(map(str, REMEASURE_SEEDS))}.",
-    ))
+    return "\n".join(
+        (
+            "Every check and every timed call gets fresh inputs, drawn from its own seed:",
+            f"- `{field}`: n x n FP64 values from one of two distributions: `uniform`, every value uniform in"
+            f" [{FIELD_RANGE[0]:g}, {FIELD_RANGE[1]:g}]; `spiky`, {fraction:.0%} of the points (at least one) at"
+            f" +-[{spike_low:g}, {spike_high:g}] and every other point exactly 0.",
+            f"- `weights`: {k}x{k} = {k * k} FP64 values, each drawn uniform in [{low:g}, {high:g}] and then scaled so"
+            f" that they sum to 1: random positive weights, new for every input, not a uniform average (not 1/{k * k}"
+            " each), so read them on every call.",
+            f"- radius {radius} and steps {steps}: fixed for this task.",
+            f"Before timing, correctness is checked at {checked}; the calls are then timed at n = {timed}, each on"
+            " fresh inputs, and a share of them, chosen in secret, is checked too. The best few candidates are measured"
+            f" again at the end, each in fresh processes, at n = {', '.join(str(c['n']) for c in remeasure_cases)} with seeds"
+            f" {', '.join(map(str, REMEASURE_SEEDS))}.",
+        )
+    )
 
 
 def reference(field: Any, weights: np.ndarray, steps: int, zeros: Callable[[tuple[int, int]], Any] = np.zeros) -> Any:

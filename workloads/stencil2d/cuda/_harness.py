@@ -33,8 +33,15 @@ def cases(n: int, remeasure: bool) -> list[dict[str, Any]]:
 def inputs(task: Task) -> str:
     """What the judge feeds a candidate (no GPU needed to say it)."""
     n, p = grid(task), task.params
-    return describe_inputs(field="field", radius=p["radius"], steps=p["steps"], cases=cases(n, False),
-                           remeasure_cases=cases(n, True), timed=n, once="the first seed and distribution only")
+    return describe_inputs(
+        field="field",
+        radius=p["radius"],
+        steps=p["steps"],
+        cases=cases(n, False),
+        remeasure_cases=cases(n, True),
+        timed=n,
+        once="the first seed and distribution only",
+    )
 
 
 class CudaStencilHarness:
@@ -100,8 +107,10 @@ class CudaStencilHarness:
         field, weights = inputs
         with cupy.cuda.Device(field.device.index):
             result = shifted_add_reference(
-                cupy.from_dlpack(field.detach()), cupy.asnumpy(cupy.from_dlpack(weights.detach())),
-                self.steps, zeros=cupy.zeros,
+                cupy.from_dlpack(field.detach()),
+                cupy.asnumpy(cupy.from_dlpack(weights.detach())),
+                self.steps,
+                zeros=cupy.zeros,
             )
             cupy.get_default_memory_pool().free_all_blocks()  # the temporaries; `result` stays
         return torch.from_dlpack(result)

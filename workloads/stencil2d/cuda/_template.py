@@ -131,8 +131,13 @@ def _custom_kernel(params: Mapping[str, Any], fuse: bool) -> list[str]:
     if params["tiling"] == "ring":
         pieces = [
             _piece(
-                "ring", w=params["ring_columns"], bx=params["ring_threads"], h=params["strip_rows"],
-                s=params["ring_stages"], interior=_piece(f"ring_{boundary}"), pairs_param=_PAIRS_PARAM[vector],
+                "ring",
+                w=params["ring_columns"],
+                bx=params["ring_threads"],
+                h=params["strip_rows"],
+                s=params["ring_stages"],
+                interior=_piece(f"ring_{boundary}"),
+                pairs_param=_PAIRS_PARAM[vector],
                 kernel="pairs ? stencil_step<true> : stencil_step<false>" if vector else "stencil_step<false>",
             )
         ]

@@ -1,2 +1,3 @@
+import torch
 
 raise RuntimeError("this task cannot be imported")
