@@ -107,14 +107,14 @@ class RunResult:
     notices: tuple[str, ...] = ()
 
     @classmethod
-    def read(cls, store: RunStore, best: records.Candidate | None, notices: Iterable[str] = ()) -> RunResult:
+    def read(cls, store: RunStore, notices: Iterable[str] = ()) -> RunResult:
         evaluations = list(store.evaluated().values())
-        by_id = {e.candidate.id: e.evaluation for e in evaluations}
+        winner = records.best_of(store.events)
         finished = [e for e in store.events if isinstance(e, records.RunFinished)]
         return cls(
             run_dir=store.path,
-            best=best,
-            best_evaluation=by_id.get(best.id) if best else None,
+            best=winner.candidate if winner is not None else None,
+            best_evaluation=winner.search if winner is not None else None,
             remeasured=finished[-1].remeasured if finished else None,
             finalists=list(finished[-1].finalists) if finished else [],
             evaluations=evaluations,
@@ -205,7 +205,7 @@ def optimize(run_session: Session, store: RunStore, *, device_missing: str = "")
     architecture cannot run here (the run stops at its first evaluation)."""
     try:
         with executing(run_session):
-            best = Engine(run_session, store, device_missing=device_missing).optimize()
+            Engine(run_session, store, device_missing=device_missing).optimize()
     except AnswerPending as exc:
         raise AwaitingAnswers(
             f"run paused: {exc.waiting} request(s) wait for an answer {exc}; then `hiera resume {store.path}` continues the run",
@@ -221,7 +221,7 @@ def optimize(run_session: Session, store: RunStore, *, device_missing: str = "")
         raise BackendUnusable(
             f"{exc}: no request can be answered, so the run stops (what it recorded is in {store.path})"
         ) from exc
-    result = RunResult.read(store, best, run_session.notices)
+    result = RunResult.read(store, run_session.notices)
     calls = [e for e in store.events if isinstance(e, records.AgentCalled)]
     if calls and all(call.error is not None for call in calls):
         raise NoUsableAnswer(

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pluggy
@@ -111,7 +111,7 @@ def check_replayable(store: RunStore, pm: pluggy.PluginManager) -> None:
             {
                 impl.plugin_name
                 for impl in pm.hook.hiera_register_directions.get_hookimpls()
-                if any(cls.name in added for cls in impl.function() or ())
+                if any(cls.name in added for cls in cast(list[type[Any]], impl.function() or ()))
             }
         )
         raise PluginError(
@@ -202,7 +202,7 @@ class Engine:
         structlog.contextvars.unbind_contextvars("run_id", "task", "round")
         return best
 
-    def _roofline(self) -> records.Roofline:
+    def _roofline(self) -> records.Roofline | None:
         for event in self.store.events:
             if isinstance(event, records.RunStarted):
                 return event.roofline
@@ -229,18 +229,9 @@ class Engine:
         return ranked[0] if ranked else None
 
     def parents(self, n: int) -> list[Candidate]:
-        """The n best valid candidates so far; invalid candidates never compete (Eq. 2). The first is the incumbent:
-        a candidate replaces it only when it is faster beyond the noise of the two medians (`records.beats`); the others
-        follow by median."""
-        measured = [(c, e) for c, e in self.history if isinstance(e, Measured)]
-        if not measured:
-            return []
-        incumbent, figure = measured[0]
-        for candidate, evaluation in measured[1:]:
-            if records.beats(evaluation, figure):
-                incumbent, figure = candidate, evaluation
-        others = sorted((e.latency_ms, i, c) for i, (c, e) in enumerate(measured) if c.id != incumbent.id)
-        return [incumbent, *(c for _, _, c in others[: n - 1])]
+        """The n best valid candidates so far, the incumbent first (`records.ranked`); invalid candidates never compete
+        (Eq. 2)."""
+        return records.ranked([(c, e) for c, e in self.history if isinstance(e, Measured)], n)
 
     def _evaluation_of(self, candidate: Candidate | None) -> Evaluation | None:
         for c, e in self.history:
@@ -444,7 +435,7 @@ class Engine:
         if not any(getattr(e, "on_demand", False) for e in self.session.evaluators):
             return
         wanted = [c for c in self.parents(self.run.parents) if c.id not in self.profiled]
-        jobs = [attrs.evolve(self._job(c), refine=True, measured=self._evaluation_of(c)) for c in wanted]
+        jobs = [attrs.evolve(self._job(c), refine=True, measured=_measured(self._evaluation_of(c))) for c in wanted]
         for job, evaluated in self._evaluated(jobs, "parent(s) to profile"):
             write_files(job.workdir, evaluated.files)
             event = records.CandidateProfiled(
@@ -606,7 +597,8 @@ class Engine:
         remeasured = None
         if winner is not None:
             passes = sorted(
-                (e.evaluation for (cid, _), e in done.items() if cid == winner.candidate_id), key=lambda m: m.latency_ms
+                (m for (cid, _), e in done.items() if cid == winner.candidate_id and isinstance(m := e.evaluation, Measured)),
+                key=lambda m: m.latency_ms,
             )
             remeasured = passes[len(passes) // 2]
         self.store.append(
@@ -615,6 +607,10 @@ class Engine:
             )
         )
         return by_id[winner.candidate_id] if winner else None
+
+
+def _measured(evaluation: Evaluation | None) -> Measured | None:
+    return evaluation if isinstance(evaluation, Measured) else None
 
 
 def standing(candidate_id: str, in_search: Evaluation | None, passes: list[Evaluation]) -> records.Finalist:
@@ -626,7 +622,7 @@ def standing(candidate_id: str, in_search: Evaluation | None, passes: list[Evalu
     if failed is not None or not passes:
         reason = f"{type(failed).__name__}: {getattr(failed, 'reason', '')}" if failed else "not re-measured"
         return records.Finalist(candidate_id=candidate_id, in_search_ms=in_search_ms, reason=reason)
-    figures = sorted(e.latency_ms for e in passes)
+    figures = sorted(e.latency_ms for e in passes if isinstance(e, Measured))
     return records.Finalist(
         candidate_id=candidate_id,
         in_search_ms=in_search_ms,
@@ -720,7 +716,7 @@ def workload_factory(workload: type) -> str:
     imported from (a workload in a plain module beside the caller's script, registered as an object, has no
     entry point to be found by; the judge appends DIR to its import path)."""
     module = sys.modules[workload.__module__]
-    if workload.__module__ == "__main__" or not getattr(module, "__file__", None):
+    if workload.__module__ == "__main__" or not module.__file__:
         raise ConfigError(
             f"workload class {workload.__qualname__} is defined in {workload.__module__}, which a judge's"
             " process cannot import: define it in a module (a .py file beside your script)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -578,6 +579,56 @@ Event = (
     | AgentCalled
     | RunPaused
 )
+
+
+def ranked(measured: Sequence[tuple[Candidate, Measured]], n: int) -> list[Candidate]:
+    """The `n` best of `measured` (valid candidates in the order they were evaluated). The first is the incumbent: a
+    candidate replaces it only when it is faster beyond the noise of the two medians (`beats`); the others follow by
+    median."""
+    if not measured or n < 1:
+        return []
+    incumbent, figure = measured[0]
+    for candidate, evaluation in measured[1:]:
+        if beats(evaluation, figure):
+            incumbent, figure = candidate, evaluation
+    others = sorted((e.latency_ms, i, c) for i, (c, e) in enumerate(measured) if c.id != incumbent.id)
+    return [incumbent, *(c for _, _, c in others[: n - 1])]
+
+
+@attrs.frozen(kw_only=True)
+class Best:
+    """A run's best candidate, with its figure in the search and, where the run re-measured it, that figure."""
+
+    candidate: Candidate
+    search: Measured
+    remeasured: Measured | None = None
+
+    @property
+    def headline(self) -> Measured:
+        """The figure to report: the final re-measurement's where there is one, else the search's."""
+        return self.remeasured or self.search
+
+
+def best_of(events: Sequence[Event]) -> Best | None:
+    """The run's best candidate, decided here for the engine, the report, the CLI and suites alike: the winner its
+    `RunFinished` names, or None where it names none (no valid candidate, or no finalist held up in the final
+    re-measurement); before the run has finished, the search's incumbent so far (`ranked`)."""
+    measured = [
+        (e.candidate, e.evaluation) for e in events if isinstance(e, CandidateEvaluated) and isinstance(e.evaluation, Measured)
+    ]
+    finished = next((e for e in events if isinstance(e, RunFinished)), None)
+    if finished is None:
+        leader = ranked(measured, 1)
+        winner_id = leader[0].id if leader else None
+    else:
+        winner_id = finished.best_candidate_id
+    found = next(((c, e) for c, e in measured if c.id == winner_id), None)
+    if found is None:
+        return None
+    remeasured = finished.remeasured if finished is not None and isinstance(finished.remeasured, Measured) else None
+    return Best(candidate=found[0], search=found[1], remeasured=remeasured)
+
+
 """One line of `trajectory.jsonl`."""
 
 

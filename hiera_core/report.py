@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -69,7 +72,7 @@ def round_rows(events: list[records.Event]) -> list[RoundRow]:
     rows, best = [], None
     for round_ in sorted(batches):
         batch = batches[round_]
-        latencies = [evaluated[c.id].latency_ms for c in batch.candidates if isinstance(evaluated.get(c.id), Measured)]
+        latencies = [e.latency_ms for c in batch.candidates if isinstance(e := evaluated.get(c.id), Measured)]
         round_best = min(latencies, default=None)
         if round_best is not None:
             best = round_best if best is None else min(best, round_best)
@@ -292,10 +295,7 @@ def write_report(store: RunStore) -> Path:
     finished = next((e for e in events if isinstance(e, records.RunFinished)), None)
     baselines = [e for e in events if isinstance(e, records.BaselineEvaluated)]
     measured = [e for e in evaluated if isinstance(e.evaluation, Measured)]
-    if finished is not None:  # the run's verdict (the winner of the final re-measurement)
-        best = next((e for e in measured if e.candidate.id == finished.best_candidate_id), None)
-    else:
-        best = min(measured, key=lambda e: e.evaluation.latency_ms, default=None)
+    best = records.best_of(events)
     seed = evaluated[0] if evaluated and evaluated[0].candidate.round == 0 else None
     run = manifest.config.get("run", {})
     rows = round_rows(events)
@@ -319,7 +319,6 @@ def write_report(store: RunStore) -> Path:
                 f" {', '.join(str(r) for r in sorted({p.round for p in these}))}), resumed each time"
             )
     lines += ["", "## Result", ""]
-    headline = finished.remeasured if finished is not None and finished.finalists else None
     if best is None:
         lines.append(
             "No valid candidate was found."
@@ -327,15 +326,14 @@ def write_report(store: RunStore) -> Path:
             else "No finalist held up in the final re-measurement (see Finalists); no winner is named."
         )
     else:
-        b = best.evaluation
-        shown = headline if isinstance(headline, Measured) else b
+        b, shown = best.search, best.headline
         in_search = f"{b.latency_ms:.3f} ms (p10 {b.latency_p10_ms:.3f}, p90 {b.latency_p90_ms:.3f}, {b.repeats} timed calls)"
         head = f"- best: candidate `{best.candidate.id}` (round {best.candidate.round}, {inline(best.candidate.origin or best.candidate.strategy)})"
-        if isinstance(headline, Measured):
+        if finished is not None and finished.finalists and best.remeasured is not None:
             won = finished.finalists[0]
             passes = sum(1 for e in events if isinstance(e, records.Remeasured) and e.candidate_id == best.candidate.id)
             lines.append(
-                f"{head} — **{headline.latency_ms:.3f} ms**, re-measured {passes} times in fresh processes on fresh inputs,"
+                f"{head} — **{shown.latency_ms:.3f} ms**, re-measured {passes} times in fresh processes on fresh inputs,"
                 f" interleaved with the other finalists ({won.low_ms:.3f}–{won.high_ms:.3f} ms across them; the figure is"
                 f" their median{', the slower of two' if passes == 2 else ''}); in the search {in_search}"
             )
@@ -369,11 +367,11 @@ def write_report(store: RunStore) -> Path:
                     f"- peaks: remembered over this machine's last {roofline.measurements} measurements; this run measured"
                     f" {roofline.measured_gbps:.1f} GB/s and {roofline.measured_gflops:.1f} GFLOP/s"
                 )
-        disturbed = [e for e in measured if e.evaluation.disturbed]
+        disturbed = [(e.candidate, m) for e in measured if isinstance(m := e.evaluation, Measured) and m.disturbed]
         if disturbed:
             lines.append(
                 f"- {len(disturbed)} of {len(measured)} valid candidates were timed while the machine was disturbed"
-                f" (e.g. `{disturbed[0].candidate.id}`: {inline(disturbed[0].evaluation.disturbed)}); their figures may read"
+                f" (e.g. `{disturbed[0][0].id}`: {inline(disturbed[0][1].disturbed)}); their figures may read"
                 " slow, and the search may have passed them over"
             )
         if b.reference_engine:
@@ -391,7 +389,11 @@ def write_report(store: RunStore) -> Path:
         elif compiled is not None:
             lines.append(f"- the reference under torch.compile: not measured ({compiled.compiled_reference_note})")
     if finished is not None and finished.finalists:
-        busy = {e.candidate_id for e in events if isinstance(e, records.Remeasured) and getattr(e.evaluation, "disturbed", "")}
+        busy = {
+            e.candidate_id
+            for e in events
+            if isinstance(e, records.Remeasured) and isinstance(e.evaluation, Measured) and e.evaluation.disturbed
+        }
         lines += _finalists_section(finished, {e.candidate.id: e.candidate for e in evaluated}, busy)
     lines += _baselines_section(baselines, shown if best else None, roofline)
 
@@ -420,10 +422,10 @@ def write_report(store: RunStore) -> Path:
         "| B | evaluated | fast_0 | fast_1 | fast_2 | best speedup |",
         "|---|---|---|---|---|---|",
     ]
-    for row in fast_p(evaluated):
-        speedup = "-" if row.best_speedup is None else f"{row.best_speedup:.2f}×"
+    for fast in fast_p(evaluated):
+        speedup = "-" if fast.best_speedup is None else f"{fast.best_speedup:.2f}×"
         lines.append(
-            f"| {row.budget} | {row.evaluated} | {int(row.fast_0)} | {int(row.fast_1)} | {int(row.fast_2)} | {speedup} |"
+            f"| {fast.budget} | {fast.evaluated} | {int(fast.fast_0)} | {int(fast.fast_1)} | {int(fast.fast_2)} | {speedup} |"
         )
 
     line = timeline(events, store.times)
@@ -486,10 +488,13 @@ def _finalists_section(finished: records.RunFinished, candidates: dict[str, reco
         if f.latency_ms is None:
             lines.append(f"| `{f.candidate_id}` | {round_} | {f.in_search_ms:.3f} | - | - | out: {inline(f.reason, limit=120)} |")
             continue
+        winner_ms = finished.finalists[0].latency_ms  # the first finalist holds up whenever another does
         verdict = (
             "**winner**"
             if i == 0 and f.candidate_id == finished.best_candidate_id
-            else f"{f.latency_ms / finished.finalists[0].latency_ms:.2f}× the winner's time"
+            else f"{f.latency_ms / winner_ms:.2f}× the winner's time"
+            if winner_ms
+            else "-"
         )
         mark = " (disturbed)" if f.candidate_id in busy else ""
         lines.append(
@@ -546,13 +551,15 @@ def _plot(
     points = [(e.candidate.round, e.evaluation.latency_ms) for e in evaluated if isinstance(e.evaluation, Measured)]
     if not points:
         return None
-    import matplotlib
+    path = run_dir / "plots" / "best_latency.png"
+    with drawing(path, figsize=(7, 4), dpi=120) as ax:
+        _draw_latencies(ax, points, rows, evaluated, roofline, baselines)
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
-    ax.scatter(*zip(*points), s=14, color="0.6", label="valid candidates", zorder=2)
+def _draw_latencies(ax, points, rows, evaluated, roofline, baselines) -> None:
+    xs, ys = zip(*points)
+    ax.scatter(xs, ys, s=14, color="0.6", label="valid candidates", zorder=2)
     best = [(r.round, r.best_so_far_ms) for r in rows if r.best_so_far_ms is not None]
     ax.plot(*zip(*best), marker="o", color="C0", label="best so far", zorder=3)
     for row in rows:
@@ -574,19 +581,19 @@ def _plot(
     ax.set_xticks(sorted({r.round for r in rows}))
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return save_figure(fig, run_dir / "plots" / "best_latency.png")
 
 
 def _plot_timeline(run_dir: Path, line: Timeline) -> Path:
     """plots/timeline.png: one row per evaluation, a bar per stage, the device holds in black beneath."""
-    import matplotlib
+    path = run_dir / "plots" / "timeline.png"
+    with drawing(path, figsize=(9, 1.2 + 0.22 * len(line.rows)), dpi=110) as ax:
+        _draw_timeline(ax, line)
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def _draw_timeline(ax, line: Timeline) -> None:
     names = list(dict.fromkeys(name for row in line.rows for name, _, _ in row.stages))
     colors = {name: f"C{i % 10}" for i, name in enumerate(names)}
-    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.22 * len(line.rows)), dpi=110)
     for y, row in enumerate(line.rows):
         for name, start, length in row.stages:
             ax.broken_barh([(start, max(length, line.span_s / 2000))], (y - 0.35, 0.5), color=colors[name])
@@ -604,15 +611,27 @@ def _plot_timeline(run_dir: Path, line: Timeline) -> Path:
     )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="x", alpha=0.3)
-    return save_figure(fig, run_dir / "plots" / "timeline.png")
 
 
-def save_figure(fig, path: Path) -> Path:
-    """Lay out, write and close a matplotlib figure; return its path."""
+_DRAWING = threading.Lock()
+
+
+@contextlib.contextmanager
+def drawing(path: Path, **subplots: Any) -> Iterator[Any]:
+    """Axes to draw on (`plt.subplots(**subplots)`), the figure laid out and written to `path` when the block ends.
+    matplotlib is not thread-safe (pyplot's figures, mathtext's parser), and a suite's runs end in threads at once
+    (`[executor.local] runs`): figures are drawn one at a time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
-    path.parent.mkdir(exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    with _DRAWING:
+        fig, ax = plt.subplots(**subplots)
+        try:
+            yield ax
+            fig.tight_layout()
+            path.parent.mkdir(exist_ok=True)
+            fig.savefig(path)
+        finally:
+            plt.close(fig)

@@ -20,8 +20,7 @@ from pathlib import Path
 import attrs
 
 from hiera_core import records
-from hiera_core.records import Measured
-from hiera_core.report import BUDGETS, agent_costs, compiled_reference, fast_p, save_figure, timeline
+from hiera_core.report import BUDGETS, agent_costs, compiled_reference, drawing, fast_p, timeline
 from hiera_core.store import MANIFEST, RunDirError, RunStore
 
 
@@ -92,10 +91,9 @@ def task_result(store: RunStore, budgets: tuple[int, ...] = BUDGETS) -> TaskResu
     level = manifest.task.params.get("level")
     group = manifest.task.workload + (f" level {level}" if level is not None else "")
     rows = fast_p(evaluated, budgets)
-    measured = [e.evaluation for e in evaluated if isinstance(e.evaluation, Measured)]
     finished = next((e for e in store.events if isinstance(e, records.RunFinished)), None)
-    best = finished.remeasured if finished is not None and isinstance(finished.remeasured, Measured) else None
-    best = best or min(measured, key=lambda m: m.latency_ms, default=None)
+    winner = records.best_of(store.events)
+    best = winner.headline if winner is not None else None
     compiled = compiled_reference(store.events)
     run = manifest.config.get("run", {})
     line = timeline(store.events, store.times)
@@ -222,10 +220,10 @@ def _table2(results: list[TaskResult], budgets: tuple[int, ...]) -> list[str]:
         for b in budgets:
             shares = [100 * sum(r.fast[b][i] for r in members) / len(members) for i in range(3)]
             cells.append(" / ".join(f"{share:.0f}" for share in shares))
-        speedups = [r.best_speedup[top] for r in members if r.best_speedup[top] is not None]
+        speedups = [s for r in members if (s := r.best_speedup[top]) is not None]
         geomean = statistics.geometric_mean(speedups) if speedups else None
         median = statistics.median(speedups) if speedups else None
-        marginal = sum(1 for r in members if r.fast[top][1] and r.best_speedup[top] < NOISE)
+        marginal = sum(1 for r in members if r.fast[top][1] and (r.best_speedup[top] or 0.0) < NOISE)
         lines.append(
             f"| {group} | {planner} | {policy} | {len(members)}{unfinished} | {' | '.join(cells)} | {_x(geomean)} |"
             f" {_x(median)} | {marginal} |"
@@ -421,21 +419,24 @@ def _figure4(results: list[TaskResult], out: Path, budget: int) -> Path | None:
     boxes: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     missing: dict[tuple[str, str, str], int] = defaultdict(int)
     for r in (r for r in results if r.finished):
-        if r.best_speedup[budget] is None:
+        speedup = r.best_speedup[budget]
+        if speedup is None:
             missing[r.group, r.planner, r.policy] += 1
         else:
-            boxes[r.group, r.planner, r.policy].append(r.best_speedup[budget])
+            boxes[r.group, r.planner, r.policy].append(speedup)
     if not boxes:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator
-
     keys = sorted(set(boxes) | set(missing), key=lambda k: (k[0], k[1], k[2] != "adaptive", k[2]))
     data = [boxes.get(k, []) or [float("nan")] for k in keys]
-    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(keys), 4), dpi=120)
+    path = out / "plots" / "speedup_by_policy.png"
+    with drawing(path, figsize=(1.8 + 1.6 * len(keys), 4), dpi=120) as ax:
+        _draw_speedups(ax, keys, data, boxes, missing, budget)
+    return path
+
+
+def _draw_speedups(ax, keys, data, boxes, missing, budget: int) -> None:
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
     ax.boxplot(data, showfliers=True)
     ax.set_xticks(range(1, len(keys) + 1))
     ax.set_xticklabels([f"{k[0]}\n{k[1]}\n{k[2]}\n{len(boxes.get(k, []))} valid, {missing[k]} none" for k in keys], fontsize=8)
@@ -448,4 +449,3 @@ def _figure4(results: list[TaskResult], out: Path, budget: int) -> Path | None:
     ax.set_ylabel(f"best speedup over the reference at B={budget} (log)")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
-    return save_figure(fig, out / "plots" / "speedup_by_policy.png")

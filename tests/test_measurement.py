@@ -54,6 +54,31 @@ def test_a_child_replaces_the_incumbent_only_when_faster_beyond_the_noise():
     assert [c.id for c in Engine.parents(engine, 2)] == ["clearly-faster", "within-noise"]
 
 
+def test_the_engine_the_report_the_suite_and_the_api_name_one_best_candidate():
+    """One rule (`records.best_of`) for all: before the end the search's incumbent, not the lowest median (a suite
+    once named a candidate within the noise of the incumbent); after it the winner the run recorded, or none."""
+
+    def evaluated(name, figure):
+        return records.CandidateEvaluated(candidate=candidate(name), evaluation=figure, wall_s=1.0)
+
+    events = [evaluated("first", measured(1.00, 0.1, 10)), evaluated("within-noise", measured(0.97, 0.1, 10))]
+    best = records.best_of(events)
+    assert best.candidate.id == "first" and best.headline is best.search
+    again = measured(1.02)
+    won = records.RunFinished(
+        best_candidate_id="within-noise",
+        remeasured=again,
+        finalists=[records.Finalist(candidate_id="within-noise", in_search_ms=0.97, latency_ms=1.02)],
+    )
+    best = records.best_of([*events, won])
+    assert best.candidate.id == "within-noise" and best.search.latency_ms == 0.97 and best.headline is again
+    none_held = records.RunFinished(
+        best_candidate_id=None, finalists=[records.Finalist(candidate_id="first", in_search_ms=1.0, reason="x")]
+    )
+    assert records.best_of([*events, none_held]) is None
+    assert records.best_of([]) is None
+
+
 def test_a_round_within_the_noise_is_no_gain_for_the_expert_and_in_the_prompt():
     """ "No gain" is decided against the figures' measured noise, not a fixed 5%: a round whose best is 3% faster than
     the best before it, with spreads that cover 3%, halves its direction's score and reads "no gain" to a model; a
