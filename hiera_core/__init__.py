@@ -1,6 +1,6 @@
 """hiera's minimal core: hook specifications, protocols, records, config, the engine and the CLI.
 
-Plugins import only the names exported here (and the records and protocols modules). A program embedding
+Plugins import only the names exported here (and the records and protocols modules): that is the plugin surface. A program embedding
 hiera calls `run`, `resume`, `replay`, `evaluate` and `settings` (from `hiera_core.api`, loaded on first use)
 and catches `HieraError`.
 """
@@ -29,6 +29,7 @@ from hiera_core.protocols import (
     UnsupportedArchitecture,
     Workload,
 )
+from hiera_core.source_rules import SourceRule, admitted, violation
 
 __version__ = "0.1.0"
 
@@ -50,18 +51,21 @@ __all__ = [
     "Knob",
     "LLMBackend",
     "NoSeed",
+    "SourceRule",
     "StagePassed",
     "StrategyTemplate",
     "Template",
     "UnsupportedArchitecture",
     "Workload",
     "__version__",
+    "admitted",
     "evaluate",
     "hookimpl",
     "replay",
     "resume",
     "run",
     "settings",
+    "violation",
 ]
 
 _API = ("evaluate", "replay", "resume", "run", "settings")

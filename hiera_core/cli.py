@@ -369,7 +369,8 @@ class Progress:
     line per plan and per evaluated candidate, with the best so far; each line after `prefix`."""
 
     def __init__(self, console: Console, log_level: str, *, prefix: str = "", configure: bool = True):
-        self.console, self.log_level, self.budget, self.count, self.best_ms = console, log_level, 0, 0, None
+        self.console, self.log_level, self.budget, self.count = console, log_level, 0, 0
+        self.best_ms: float | None = None
         self.prefix, self.configure = prefix, configure
 
     def print(self, line: str) -> None:

@@ -228,8 +228,8 @@ class StartedJudge:
             self.log.close()
             raise
         try:
-            self.box.process.stdin.write(json.dumps(to_dict(request)) + "\n")
-            self.box.process.stdin.flush()
+            sandbox.piped(self.box.process.stdin).write(json.dumps(to_dict(request)) + "\n")
+            sandbox.piped(self.box.process.stdin).flush()
         except BrokenPipeError:
             pass  # it ended at once: `evaluate` reports how
 
@@ -249,7 +249,8 @@ class StartedJudge:
         self.box.process.wait()
         for stream in (self.box.process.stdin, self.box.process.stdout):
             with contextlib.suppress(OSError):
-                stream.close()
+                if stream is not None:
+                    stream.close()
         self.log.close()
 
     def _answer(self, library: Path) -> Judged | Evaluation:
@@ -280,8 +281,8 @@ class StartedJudge:
         if isinstance(said, tuple) and said[1]:
             with self.device_lock or contextlib.nullcontext():
                 with contextlib.suppress(BrokenPipeError):  # it died waiting: what it printed and how it ended say why
-                    box.process.stdin.write(f"go {json.dumps(str(copy))}\n")
-                    box.process.stdin.flush()
+                    sandbox.piped(box.process.stdin).write(f"go {json.dumps(str(copy))}\n")
+                    sandbox.piped(box.process.stdin).flush()
                 said = _read_until(box, None, self.timeout_s, self.unread)
         if not isinstance(said, tuple):
             return said
@@ -298,7 +299,7 @@ def _read_until(
     longer than `ANSWER_LINE_BYTES`: everything killed, however much more it would print. A judge that answers before
     READY (its runner never started) ends without it."""
     deadline = time.monotonic() + timeout_s
-    fd = box.process.stdout.fileno()
+    fd = sandbox.piped(box.process.stdout).fileno()
     last = b""
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
@@ -514,8 +515,8 @@ class Runner:
             os.close(write_end)
         self.stderr = StderrTail(read_end)
         self.selector = selectors.DefaultSelector()
-        self.selector.register(self.process.stdout, selectors.EVENT_READ)
-        self.orders = self.process.stdin.fileno()
+        self.selector.register(sandbox.piped(self.process.stdout), selectors.EVENT_READ)
+        self.orders = sandbox.piped(self.process.stdin).fileno()
         os.set_blocking(self.orders, False)  # an order goes into the pipe while the candidate is still stopped
         self.spin_s = spin_s
         self.last_ms: tuple[float, ...] = ()
@@ -578,7 +579,7 @@ class Runner:
             pass
         if not self.selector.select(timeout_s - spin_s):
             raise RunnerGone(f"no reply within {timeout_s:.0f} s", timed_out=True)
-        text = self.process.stdout.readline(REPLY_CHARS)
+        text = sandbox.piped(self.process.stdout).readline(REPLY_CHARS)
         if not text:
             raise self._gone("without a reply")
         return text

@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pluggy
@@ -127,7 +127,7 @@ class Pipeline:
         stage_s: dict[str, float] = {}
         stage_at: dict[str, float] = {}
         with recording_holds() as held:
-            evaluation = self.stages(job, stage_s, stage_at=stage_at)
+            evaluation = cast(Evaluation, self.stages(job, stage_s, stage_at=stage_at))  # with the device: a verdict
         return Evaluated(
             evaluation=evaluation,
             stage_s=stage_s,
@@ -231,16 +231,16 @@ def pipeline_for(
     """The pipeline of a session (its `config`, plugin manager `pm`, architecture and evaluators), with the recipe
     that rebuilds it elsewhere from `resolved` (the resolved configuration table) when every plugin it may need can
     be found there by name."""
-    plugins, objects = [], []
+    plugins: list[str] = []
+    objects: list[str] = []
     distributed = {id(plugin) for plugin, _ in pm.list_plugin_distinfo()}
     for _name, plugin in pm.list_name_plugin():
         if plugin is None or id(plugin) in distributed:
             continue
-        module = getattr(plugin, "__name__", None)
-        if isinstance(plugin, type(sys)) and module != "__main__" and getattr(plugin, "__file__", None):
-            plugins.append(module)
+        if isinstance(plugin, type(sys)) and plugin.__name__ != "__main__" and getattr(plugin, "__file__", None):
+            plugins.append(plugin.__name__)
         elif any(hasattr(plugin, hook) for hook in PIPELINE_HOOKS):
-            objects.append(getattr(plugin, "__name__", None) or type(plugin).__name__)
+            objects.append(str(getattr(plugin, "__name__", None) or type(plugin).__name__))
     blocked = tuple(sorted(name for name, plugin in pm.list_name_plugin() if plugin is None))
     if objects:
         return Pipeline(

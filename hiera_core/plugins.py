@@ -6,7 +6,7 @@ import importlib
 import importlib.metadata
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pluggy
@@ -94,9 +94,9 @@ class Registry:
     """Registered classes of one kind, by name."""
 
     kind: str
-    classes: dict[str, type]
+    classes: dict[str, type[Any]]
 
-    def get(self, name: str) -> type:
+    def get(self, name: str) -> type[Any]:
         try:
             return self.classes[name]
         except KeyError:
@@ -109,7 +109,7 @@ class Registry:
 def collect(pm: pluggy.PluginManager, kind: str) -> Registry:
     """Call `hiera_register_<kind>` on every plugin; a name registered twice is an error naming both."""
     hook = getattr(pm.hook, f"hiera_register_{kind}")
-    classes: dict[str, type] = {}
+    classes: dict[str, type[Any]] = {}
     for result in hook():
         for cls in result or ():
             name = getattr(cls, "name", None)
@@ -129,7 +129,8 @@ def run_defaults(pm: pluggy.PluginManager) -> dict[str, str]:
     """The `[run]` defaults the plugins give (`hiera_run_defaults`); a key given by two plugins is an error."""
     defaults: dict[str, tuple[str, str]] = {}
     for impl in pm.hook.hiera_run_defaults.get_hookimpls():
-        for key, value in (impl.function() or {}).items():
+        given = cast(dict[str, str], impl.function() or {})
+        for key, value in given.items():
             if key in defaults and defaults[key][1] != value:
                 raise PluginError(
                     f"plugins '{defaults[key][0]}' and '{impl.plugin_name}' both give the default"

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO, Any
 
 import attrs
 
@@ -99,7 +100,7 @@ def describe_exit(returncode: int) -> str:
 @functools.cache
 def protection() -> Protection:
     """Which protections hold on this machine (probed once per process, by starting a real sandbox)."""
-    missing = []
+    missing: list[str] = []
     namespaces = shutil.which("unshare") is not None and _try_namespaces(missing)
     setpriv = shutil.which("setpriv") is not None
     if not setpriv:
@@ -332,6 +333,7 @@ class CandidateGroup:
     def __init__(self, kind: str, dirs: Sequence[str]) -> None:
         self.kind, self.dirs = kind, [Path(d) for d in dirs]
         self.files: tuple[int, int] | None = None
+        self.state: Path | None
         if kind == "v2":
             self.state, self.frozen_on, self.thawed_on = self.dirs[0] / "cgroup.freeze", "1", "0"
         else:
@@ -374,6 +376,8 @@ class CandidateGroup:
         """The state file to write and the one that says whether the group is frozen, opened once: both are inside
         the judge's clock at every order, which an open() each time would lengthen."""
         if self.files is None:
+            if self.state is None:
+                raise OSError(f"cgroup {self.dirs[0]}: no freezer to hold the candidate with")
             shown = self.dirs[0] / "cgroup.events" if self.kind == "v2" else self.state
             self.files = os.open(self.state, os.O_WRONLY | os.O_CLOEXEC), os.open(shown, os.O_RDONLY | os.O_CLOEXEC)
         return self.files
@@ -391,6 +395,13 @@ class CandidateGroup:
 
     def paths(self) -> list[str]:
         return [str(d) for d in self.dirs]
+
+
+def piped(stream: IO[Any] | None) -> IO[Any]:
+    """A child's pipe that was asked for (`stdin=PIPE` / `stdout=PIPE`): never None."""
+    if stream is None:
+        raise ValueError("the process was started without this pipe")
+    return stream
 
 
 @attrs.define
@@ -460,7 +471,7 @@ def _start(
     prefix = []
     if guard.pid_namespace:
         python = [sys.executable, sys.prefix, *sys.path, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
-        needed = [Path(os.path.realpath(p)) for p in (scratch, *writable, *readable, command[0], *python) if p]
+        needed = [Path(os.path.realpath(str(p))) for p in (scratch, *writable, *readable, command[0], *python) if p]
         under_tmp = any(p == Path("/tmp") or Path("/tmp") in p.parents for p in needed)
         prefix = [
             *_unshare_prefix(),

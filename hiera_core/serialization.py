@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast, overload
 
 import cattrs
 from cattrs.strategies import configure_tagged_union
@@ -28,7 +28,7 @@ def get_converter() -> cattrs.Converter:
     configure_tagged_union(records.Evaluation, converter, tag_name="kind", tag_generator=_tag)
     optional = records.Evaluation | None
     converter.register_structure_hook(
-        optional, lambda data, _: None if data is None else converter.structure(data, records.Evaluation)
+        optional, lambda data, _: None if data is None else converter.structure(data, cast(Any, records.Evaluation))
     )
     converter.register_unstructure_hook(
         optional, lambda value: None if value is None else converter.unstructure(value, records.Evaluation)
@@ -43,7 +43,12 @@ def to_dict(record: Any, as_type: Any = None) -> Any:
     return get_converter().unstructure(record, unstructure_as=as_type or type(record))
 
 
-def from_dict(data: Any, cls: type[T] | Any) -> T:
+@overload
+def from_dict(data: Any, cls: type[T]) -> T: ...
+@overload
+def from_dict(data: Any, cls: Any) -> Any: ...
+def from_dict(data: Any, cls: Any) -> Any:
+    """`data` (JSON-like) as a `cls`: a record class, or a union of them (`records.Event`)."""
     return get_converter().structure(data, cls)
 
 

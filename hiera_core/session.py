@@ -223,7 +223,7 @@ def _structure_plugin_tables(config: HieraConfig, registries: dict[str, Registry
 def _with_defaults(run: RunConfig, defaults: dict[str, str], registries: dict[str, Registry]) -> RunConfig:
     """`run` with every plugin choice it leaves empty taken from the plugins' defaults."""
     kinds = {"workload": "workloads", "backend": "backends", "executor": "executors", "strategy": "searches"}
-    chosen = {}
+    chosen: dict[str, Any] = {}
     for key, kind in kinds.items():
         if getattr(run, key):
             continue
@@ -257,7 +257,7 @@ def _check_search(run: RunConfig, registries: dict[str, Registry]) -> None:
 
 def _auto_arch(registry: Registry, configs: dict[str, Any]) -> tuple[str, str | None]:
     """The architecture of highest `preference` that can run here, and a line saying what was passed over."""
-    passed = []
+    passed: list[str] = []
     for name in sorted(registry.names(), key=lambda n: -getattr(registry.get(n), "preference", 0)):
         reason = registry.get(name)(configs[name]).unavailable_reason()
         if reason is None:

@@ -14,6 +14,7 @@ import os
 import secrets
 import time
 from pathlib import Path
+from typing import IO
 
 import structlog
 
@@ -44,9 +45,9 @@ class RunStore:
         self.path = path.resolve()
         self.manifest = manifest
         self.events = events
-        self.times = times if times is not None else [None] * len(events)
+        self.times: list[float | None] = times if times is not None else [None] * len(events)
         """When each event was recorded (Unix seconds; None for lines written before hiera recorded it)."""
-        self._lock = None
+        self._lock: IO[str] | None = None
 
     def lock(self) -> None:
         """Hold the run directory for this process (released when it ends, however it ends); a second
@@ -88,7 +89,8 @@ class RunStore:
         if data.get("schema_version") != records.SCHEMA_VERSION:
             raise RunDirError(f"{manifest_path}: schema {data.get('schema_version')}, this hiera reads {records.SCHEMA_VERSION}")
         manifest = serialization.from_dict(data, records.RunManifest)
-        events, times = [], []
+        events: list[records.Event] = []
+        times: list[float | None] = []
         lines = (path / TRAJECTORY).read_text().splitlines() if (path / TRAJECTORY).exists() else []
         for number, line in enumerate(lines, 1):
             if not line.strip():

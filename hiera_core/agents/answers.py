@@ -35,7 +35,8 @@ def cut_off(text: str) -> str | None:
     closed. A server may say `finish_reason: "stop"` for such an answer (a stop sequence, a proxy, a
     streaming hiccup), so the text itself is read. Code in a fence is not read as JSON; brackets in prose
     are, which is harmless as this is asked only of an answer that could not be used."""
-    stack, in_string, escaped, fence, code = [], False, False, "", False
+    stack: list[str] = []
+    in_string, escaped, fence, code = False, False, "", False
     for line in text.splitlines(keepends=True):
         if not in_string and line.lstrip().startswith("```"):
             fence = "" if fence else line.strip()
@@ -97,7 +98,13 @@ def _repair_json(text: str, *, close: bool) -> str | None:
     return "".join(out).rstrip().rstrip(",") + "".join(reversed(stack))
 
 
-_JSON_TYPES = {"object": dict, "array": list, "string": str, "number": (int, float), "boolean": bool}
+_JSON_TYPES: dict[str, type | tuple[type, ...]] = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "number": (int, float),
+    "boolean": bool,
+}
 
 
 MAX_VIOLATIONS_SHOWN = 12

@@ -4,6 +4,7 @@ when its answer is unusable; OA requests in flight at once when the backend allo
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -13,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import structlog
 
+import hiera_core.agents.prompts as prompts
 from hiera_core import records
-from hiera_core.agents import prompts
 from hiera_core.agents.answers import (
     JUDGE_SCHEMA,
     OA_SCHEMA,
@@ -187,7 +188,7 @@ class Agents:
                 repair=brief.subject if brief.repair else None,
             )
 
-        outcomes = self._in_parallel([lambda i=i, b=b: write(i, b) for i, b in enumerate(briefs)])
+        outcomes = self._in_parallel([functools.partial(write, i, b) for i, b in enumerate(briefs)])
         sources, notes = [], []
         for outcome in outcomes:
             if isinstance(outcome, AgentError):
