@@ -255,8 +255,7 @@ from typing import ClassVar
 
 import attrs
 
-from hiera_core import hookimpl
-from hiera_core.source_rules import SourceRule, violation
+from hiera_core import SourceRule, hookimpl, violation
 
 RULES = [
     SourceRule(r"#\\s*pragma\\s+omp\\b", "an OpenMP pragma", 1),
@@ -488,3 +487,19 @@ def test_a_pip_installed_direction_steers_existing_knobs_and_the_expert_picks_it
         "hiera: error: the 'hiera' search plans by direction, and no direction plugin is"
         " installed or enabled (see HIERA_DISABLE_PLUGINS)"
     ]
+
+
+SURFACE = {"hiera_core", "hiera_core.records", "hiera_core.protocols"}
+
+
+@pytest.mark.parametrize("name", ["PLUGIN", "ARCH_PLUGIN", "DIRECTION_PLUGIN", "NOTHING_PLUGIN"])
+def test_the_third_party_examples_use_nothing_but_the_plugin_surface(name):
+    """A workload, a direction, an architecture and a space written by a third party import only what hiera_core
+    exports (and its records and protocols modules): nothing of the built-in plugins or of the core's insides."""
+    import ast
+
+    tree = ast.parse(globals()[name])
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    ours = {m for m in imported if m and m.split(".")[0].startswith("hiera")}
+    assert ours and ours <= SURFACE, ours - SURFACE
