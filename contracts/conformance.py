@@ -14,33 +14,15 @@ import inspect
 import pluggy
 
 from hiera_core import protocols
-from hiera_core.plugins import KINDS, PluginError, collect, direction_knowledge
-
-PROTOCOL_OF = {
-    "workloads": protocols.Workload,
-    "spaces": protocols.ImplementationSpace,
-    "directions": protocols.Direction,
-    "backends": protocols.LLMBackend,
-    "architectures": protocols.Architecture,
-    "evaluators": protocols.Evaluator,
-    "executors": protocols.Executor,
-    "searches": protocols.Search,
-}
-
-
-OPTIONAL_METHODS = {
-    "architectures": ("describe_hardware", "describe_space"),
-    "workloads": ("inputs", "baselines", "failures"),
-}
-"""Members a plugin class may leave out; where it has one, it must be a method (the prompts and runs call it)."""
+from hiera_core.plugins import PluginError, collect, direction_knowledge
 
 
 def conformance_problems(pm: pluggy.PluginManager) -> list[str]:
     """One line per problem: a missing member, a method that is not callable, a bad class attribute, or knowledge
     of a direction on a registered architecture's kind that two plugins give, or that is not a DirectionKnowledge."""
     problems = []
-    for kind in KINDS:
-        protocol = PROTOCOL_OF[kind]
+    for plugin_kind in protocols.PLUGIN_KINDS:
+        kind, protocol = plugin_kind.name, plugin_kind.protocol
         methods = protocol_methods(protocol)
         for name, cls in collect(pm, kind).classes.items():
             where = f"{kind[:-1]} '{name}' ({cls.__module__}.{cls.__qualname__})"
@@ -49,10 +31,10 @@ def conformance_problems(pm: pluggy.PluginManager) -> list[str]:
                     problems.append(f"{where}: missing `{member}`")
                 elif member in methods and not callable(value := getattr(cls, member)):
                     problems.append(f"{where}: `{member}` must be a method, not {type(value).__name__} {value!r:.60}")
-            for member in OPTIONAL_METHODS.get(kind, ()):
+            for member in plugin_kind.optional:
                 if hasattr(cls, member) and not callable(value := getattr(cls, member)):
                     problems.append(f"{where}: `{member}` must be a method, not {type(value).__name__} {value!r:.60}")
-            if not hasattr(cls, "config_class") and kind not in ("spaces", "directions", "searches"):
+            if not hasattr(cls, "config_class") and plugin_kind.configured:
                 problems.append(f"{where}: missing `config_class` (None when it takes no configuration)")
             if kind == "directions" and len(name) != 1:
                 problems.append(f"{where}: a direction's name is one letter")

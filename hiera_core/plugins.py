@@ -13,13 +13,13 @@ import pluggy
 
 from hiera_core import hookspecs
 from hiera_core.errors import HieraError
-from hiera_core.protocols import DirectionKnowledge
+from hiera_core.protocols import PLUGIN_KINDS, DirectionKnowledge
 
 ENTRY_POINT_GROUP = "hiera"
 """The entry-point group every plugin, built-in or third-party, registers in."""
 
-KINDS = ("workloads", "spaces", "directions", "backends", "architectures", "evaluators", "executors", "searches")
-"""What a plugin can register, by the suffix of its `hiera_register_<kind>` hook."""
+KINDS = tuple(kind.name for kind in PLUGIN_KINDS)
+"""What a plugin can register, by the suffix of its `hiera_register_<kind>` hook (`protocols.PLUGIN_KINDS`)."""
 
 
 class PluginError(HieraError):

@@ -463,3 +463,37 @@ class Search(Protocol):
         """The round's K sources (`agents.Generation`), asked of `agents` (`agents.Agents`) for the round
         `ctx` (`agents.PlanningContext`) under `plan` (None when the search does not plan)."""
         ...
+
+
+@attrs.frozen(kw_only=True)
+class PluginKind:
+    """One kind of plugin: what a plugin registers (`hiera_register_<name>`) and what the core asks of it."""
+
+    name: str
+    """The registry's name and its hook's suffix: `workloads` for `hiera_register_workloads`."""
+    protocol: type
+    """The protocol its classes implement (`hiera_contracts.check_plugins` checks them against it)."""
+    table: str | None = None
+    """Its configuration table: `[workload.<name>]` for `workload`; None: it takes none."""
+    run_key: str | None = None
+    """The `[run]` key that chooses one of them (`--workload`), where a plugin's `hiera_run_defaults` may fill it."""
+    configured: bool = True
+    """Whether its classes must declare `config_class` (None when they take no configuration)."""
+    optional: tuple[str, ...] = ()
+    """Methods a class may leave out; where it has one, it must be a method."""
+
+
+PLUGIN_KINDS: tuple[PluginKind, ...] = (
+    PluginKind(
+        name="workloads", protocol=Workload, table="workload", run_key="workload", optional=("inputs", "baselines", "failures")
+    ),
+    PluginKind(name="spaces", protocol=ImplementationSpace, table="space", configured=False),
+    PluginKind(name="directions", protocol=Direction, table="direction", configured=False),
+    PluginKind(name="backends", protocol=LLMBackend, table="backend", run_key="backend"),
+    PluginKind(name="architectures", protocol=Architecture, table="arch", optional=("describe_hardware", "describe_space")),
+    PluginKind(name="evaluators", protocol=Evaluator, table="evaluator"),
+    PluginKind(name="executors", protocol=Executor, table="executor", run_key="executor"),
+    PluginKind(name="searches", protocol=Search, run_key="strategy", configured=False),
+)
+"""Every kind of plugin, the one table the registries, the configuration's tables, the `[run]` defaults and the
+conformance check read."""

@@ -13,20 +13,21 @@ from hiera_core.config import ConfigError, HieraConfig, RunConfig, structure, un
 from hiera_core.context import RunContext
 from hiera_core.pipeline import Pipeline, pipeline_for
 from hiera_core.plugins import KINDS, Registry, UnknownName, collect, direction_knowledge, run_defaults
-from hiera_core.protocols import Architecture, Direction, Evaluator, Executor, ImplementationSpace, LLMBackend, Workload
+from hiera_core.protocols import (
+    PLUGIN_KINDS,
+    Architecture,
+    Direction,
+    Evaluator,
+    Executor,
+    ImplementationSpace,
+    LLMBackend,
+    Workload,
+)
 from hiera_core.records import Task
 
 log = structlog.get_logger(__name__)
 
-TABLE_KIND = {
-    "workload": "workloads",
-    "arch": "architectures",
-    "backend": "backends",
-    "evaluator": "evaluators",
-    "executor": "executors",
-    "direction": "directions",
-    "space": "spaces",
-}
+TABLE_KIND = {kind.table: kind.name for kind in PLUGIN_KINDS if kind.table}
 """Config table -> registry kind."""
 
 
@@ -222,7 +223,7 @@ def _structure_plugin_tables(config: HieraConfig, registries: dict[str, Registry
 
 def _with_defaults(run: RunConfig, defaults: dict[str, str], registries: dict[str, Registry]) -> RunConfig:
     """`run` with every plugin choice it leaves empty taken from the plugins' defaults."""
-    kinds = {"workload": "workloads", "backend": "backends", "executor": "executors", "strategy": "searches"}
+    kinds = {kind.run_key: kind.name for kind in PLUGIN_KINDS if kind.run_key}
     chosen: dict[str, Any] = {}
     for key, kind in kinds.items():
         if getattr(run, key):
