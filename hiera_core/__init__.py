@@ -2,17 +2,21 @@
 
 Plugins import only the names exported here (and the records and protocols modules): that is the plugin surface. A program embedding
 hiera calls `run`, `resume`, `replay`, `evaluate` and `settings` (from `hiera_core.api`, loaded on first use)
-and catches `HieraError`.
+and catches `HieraError` (every error hiera raises for bad input is one; the common ones are exported here:
+`ConfigError`, `PluginError`, `UnknownName`, `RunDirError`, `UnsupportedArchitecture`, `BackendError`).
 """
 
 import pluggy
 
+from hiera_core.config import ConfigError
 from hiera_core.errors import HieraError
 from hiera_core.hookspecs import PROJECT
+from hiera_core.plugins import PluginError, UnknownName
 from hiera_core.protocols import (
     AgentAnswer,
     AgentRequest,
     Architecture,
+    BackendError,
     Direction,
     DirectionKnowledge,
     EvalJob,
@@ -30,6 +34,7 @@ from hiera_core.protocols import (
     Workload,
 )
 from hiera_core.source_rules import SourceRule, admitted, violation
+from hiera_core.store import RunDirError
 
 __version__ = "0.1.0"
 
@@ -40,6 +45,8 @@ __all__ = [
     "AgentAnswer",
     "AgentRequest",
     "Architecture",
+    "BackendError",
+    "ConfigError",
     "Direction",
     "DirectionKnowledge",
     "EvalJob",
@@ -51,10 +58,13 @@ __all__ = [
     "Knob",
     "LLMBackend",
     "NoSeed",
+    "PluginError",
+    "RunDirError",
     "SourceRule",
     "StagePassed",
     "StrategyTemplate",
     "Template",
+    "UnknownName",
     "UnsupportedArchitecture",
     "Workload",
     "__version__",

@@ -26,6 +26,7 @@ in its directory.
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -154,6 +155,7 @@ def settings(
     file. None of them is read unless given. An unknown key raises ConfigError."""
     if sum(x is not None for x in (config, config_file, config_dir)) > 1:
         raise SettingsError("give one of config, config_file and config_dir")
+    run = {key: os.fspath(value) if isinstance(value, os.PathLike) else value for key, value in run.items()}
     if config_file is not None or config_dir is not None:
         directory = Path(config_dir) if config_dir is not None else Path(".")
         return load_config(

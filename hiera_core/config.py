@@ -239,6 +239,7 @@ def _strict(kind: type, accepted: tuple[type, ...], expected: str):
 _converter.register_structure_hook(bool, _strict(bool, (bool,), "a boolean (true or false)"))
 _converter.register_structure_hook(int, _strict(int, (int,), "an integer"))
 _converter.register_structure_hook(float, _strict(float, (int, float), "a number"))
+_converter.register_structure_hook(str, _strict(str, (str,), "a string"))
 
 
 def structure(table: Mapping[str, Any], cls: type, *, where: str) -> Any:

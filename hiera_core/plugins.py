@@ -11,7 +11,7 @@ from typing import Any, cast
 import attrs
 import pluggy
 
-from hiera_core import hookspecs
+import hiera_core.hookspecs as hookspecs
 from hiera_core.errors import HieraError
 from hiera_core.protocols import PLUGIN_KINDS, DirectionKnowledge
 
@@ -59,6 +59,10 @@ def make_plugin_manager(
                 plugin = importlib.import_module(plugin)
             except Exception as exc:
                 raise PluginError(f"cannot import plugin module '{plugin}': {one_line(exc)}") from exc
+        if isinstance(plugin, type):
+            raise PluginError(
+                f"plugin {plugin.__qualname__} is a class: register an instance ({plugin.__qualname__}()) or a module"
+            )
         if not pm.is_registered(plugin):
             pm.register(plugin)
     try:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar, cast, overload
 import cattrs
 from cattrs.strategies import configure_tagged_union
 
-from hiera_core import records
+import hiera_core.records as records
 
 T = TypeVar("T")
 

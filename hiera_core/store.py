@@ -18,7 +18,8 @@ from typing import IO
 
 import structlog
 
-from hiera_core import records, serialization
+import hiera_core.records as records
+import hiera_core.serialization as serialization
 from hiera_core.errors import HieraError
 
 log = structlog.get_logger(__name__)

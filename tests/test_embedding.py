@@ -107,4 +107,17 @@ def test_bad_settings_raise_a_typed_error_not_system_exit(tmp_path):
         hiera_core.settings(roundz=3)
     with pytest.raises(UnknownName, match="unknown space 'anywhere'"):
         hiera_core.evaluate("int x;", workload="stencil2d", arch="host", space="anywhere")
-    assert not (tmp_path / "r").exists()
+    with pytest.raises(ConfigError, match=r"run_dir: expected a string, got 5 \(an integer\)"):
+        hiera_core.run(workload="stencil2d", arch="host", run_dir=5)
+    assert hiera_core.settings(run_dir=tmp_path / "r").run.run_dir == str(tmp_path / "r")  # a Path is a path
+
+    class Observer:
+        @hiera_core.hookimpl
+        def hiera_run_finished(self, context, run_dir, best):
+            pass
+
+    with pytest.raises(
+        hiera_core.HieraError, match=r"plugin .*Observer is a class: register an instance \(.*Observer\(\)\) or a module"
+    ):
+        hiera_core.run(workload="stencil2d", arch="host", plugins=[Observer], run_dir=str(tmp_path / "r"))
+    assert not (tmp_path / "r").exists() and not Path("5").exists()
