@@ -439,7 +439,6 @@ def test_a_pip_installed_direction_steers_existing_knobs_and_the_expert_picks_it
     direction that moves no knob scores 0 there. With only that one, every score is 0: the search stops with a note,
     no strategy is asked for, and nothing raises."""
     env = pip_install(tmp_path, "hiera-occupancy", "hiera_occupancy", DIRECTION_PLUGIN)
-    env = {"PYTHONPATH": env["PYTHONPATH"]}
     pip_install(tmp_path, "hiera-nothing", "hiera_nothing", NOTHING_PLUGIN)  # into the same folder
     small = [
         "--workload",
