@@ -70,6 +70,9 @@ from hiera_core.serialization import from_dict, to_dict
 
 READY = "hiera-judge-ready"
 """The line a judge prints once it has prepared everything that needs no device; it then waits for `go`."""
+ANSWERED = "hiera-judge-answered"
+"""The line a judge prints after its answer (its runner already ended): hiera ends the sandbox at once rather than
+hold the device through the judge's own exit (the interpreter's and the GPU context's teardown)."""
 STDERR_TAIL_LINES = 20
 STDERR_TAIL_CHARS = 2000
 """How much of a crashed candidate's stderr its `Crashed` record keeps: lines, and characters in all."""
@@ -274,8 +277,9 @@ class StartedJudge:
             return Crashed(reason=f"the judge's answer did not decode ({ended}): {last[:120]!r}")
 
     def _exchange(self, copy: Path) -> tuple[str, int | None] | TimedOut | Crashed:
-        """Wait for READY, send `go` under the device lock, and read until the judge closes its output: its last line
-        ("" if none) and its exit status (None if it had not ended `ENDING_S` later); or why it gave none."""
+        """Wait for READY, send `go` under the device lock, and read until the judge says `ANSWERED` (then end it) or
+        closes its output: its last line ("" if none) and its exit status (None if it had not ended `ENDING_S`
+        later); or why it gave none."""
         box = self.box
         said = _read_until(box, READY, self.timeout_s, self.unread)
         if isinstance(said, tuple) and said[1]:
@@ -283,7 +287,10 @@ class StartedJudge:
                 with contextlib.suppress(BrokenPipeError):  # it died waiting: what it printed and how it ended say why
                     sandbox.piped(box.process.stdin).write(f"go {json.dumps(str(copy))}\n")
                     sandbox.piped(box.process.stdin).flush()
-                said = _read_until(box, None, self.timeout_s, self.unread)
+                said = _read_until(box, ANSWERED, self.timeout_s, self.unread)
+                if isinstance(said, tuple) and said[1]:  # the verdict is in: the sandbox ends now, the device is
+                    box.kill()  # given back once its output closes (the judge is gone)
+                    _read_until(box, None, ENDING_S, bytearray())
         if not isinstance(said, tuple):
             return said
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -433,8 +440,10 @@ def wait_for_go() -> str:
 
 
 def answer(result: JudgeAnswer) -> None:
-    """Judge: the verdict, as the last line on stdout."""
+    """Judge: the verdict, as the last line on stdout before `ANSWERED` (its runner must have ended: hiera ends the
+    judge at that line)."""
     print(json.dumps(to_dict(result, JudgeAnswer)), flush=True)
+    print(ANSWERED, flush=True)
 
 
 class StderrTail:

@@ -65,8 +65,10 @@ FAKE_JUDGE = textwrap.dedent(r"""
         sys.stdout.buffer.write(b"\xff\xfe{\x1b[2J" + os.urandom(64).replace(b"\n", b"") + b"\n"); sys.stdout.flush()
     elif attack.startswith("closed"):  # closes its output without an answer, then ends (or lives on)
         os.close(1); time.sleep(0.5 if attack == "closed" else 60); os._exit(4)
-    elif attack == "answer":
+    elif attack.startswith("answer"):
         print(json.dumps({"kind": "timed_out", "limit_s": 7.0}), flush=True)
+    if attack == "answer-then-linger":  # says it answered, then takes its time to end (a GPU context's teardown)
+        print("hiera-judge-answered", flush=True)
     if attack in ("not-an-answer", "garbage", "answer"):
         os._exit(0)
     time.sleep(60)
@@ -174,6 +176,14 @@ def test_an_answer_is_still_the_verdict(fake_judge):
     result, _, _, _ = fake_judge("answer")
 
     assert result == TimedOut(limit_s=7.0)
+
+
+def test_a_judge_that_has_answered_is_ended_at_once_not_waited_for(fake_judge):
+    """The device lock is held from `go` to the end of the judge: once it says `ANSWERED`, hiera ends its sandbox
+    rather than wait through its own exit."""
+    result, seconds, _, _ = fake_judge("answer-then-linger")
+
+    assert result == TimedOut(limit_s=7.0) and seconds < judging.ENDING_S
 
 
 # --- the one way hiera reads a file a sandbox could have written ---------------------------------------------
