@@ -316,6 +316,8 @@ def _read_until(
                 del unread[: end + 1]
                 if marker is not None and line == marker.encode():
                     return last.decode(errors="replace"), True
+                if line == ANSWERED.encode():  # it answered before `marker` (its runner never started): nothing follows
+                    return last.decode(errors="replace"), False
                 last = line or last
             if len(unread) > ANSWER_LINE_BYTES:
                 box.kill()

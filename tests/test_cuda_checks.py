@@ -229,6 +229,13 @@ def test_calls_rotate_over_places_of_their_own_within_the_gpus_free_memory():
     assert memory_plan(int(7.5 * gib), int(7.5 * gib), 45 * gib, free - 40 * gib, 1024).places == 0
     too_large = memory_plan(20 * gib, 20 * gib, 80 * gib, free, 1024)
     assert too_large.places == 0 and "is more than the 137.0 GiB free" in too_large.why, too_large.why
+    # an 80 GB H100 (74.4 GiB free, 79.2 in all; 2026-12-06 its references ran out of memory beside 64 GiB of places):
+    # half the GPU at most, 7.9 GiB left to the judges and runners beside it
+    h100 = memory_plan(grid, grid, 2 * grid, int(74.4 * gib), 1024, total=int(79.2 * gib))
+    assert h100.places == 16 and h100.places * (h100.in_stride + 2 * h100.out_stride) < 39.6 * gib
+    assert memory_plan(grid, grid, 2 * grid, free, 1024, total=140 * gib).places == 27  # an H200: the 64 GiB cap as before
+    short = memory_plan(20 * gib, 20 * gib, 0, 60 * gib, 1, total=int(79.2 * gib))
+    assert short.places == 0 and "free less 7.92 GiB left to other processes" in short.why
 
 
 def test_outputs_are_compared_in_chunks_with_the_same_verdict():

@@ -30,6 +30,10 @@ FAKE_JUDGE = textwrap.dedent(r"""
     import ctypes, json, mmap, os, signal, sys, time
 
     sys.stdin.readline()  # the request
+    if os.environ["HIERA_FAKE_ATTACK"] == "answer-before-ready":  # as a judge whose runner never started answers
+        print(json.dumps({"kind": "timed_out", "limit_s": 7.0}), flush=True)
+        print("hiera-judge-answered", flush=True)
+        os._exit(0)
     print("hiera-judge-ready", flush=True)
     sys.stdin.readline()  # go
     attack = os.environ["HIERA_FAKE_ATTACK"]
@@ -184,6 +188,7 @@ def test_a_judge_that_has_answered_is_ended_at_once_not_waited_for(fake_judge):
     result, seconds, _, _ = fake_judge("answer-then-linger")
 
     assert result == TimedOut(limit_s=7.0) and seconds < judging.ENDING_S
+    assert fake_judge("answer-before-ready")[0] == TimedOut(limit_s=7.0)
 
 
 # --- the one way hiera reads a file a sandbox could have written ---------------------------------------------
