@@ -1,0 +1,55 @@
+"""Where a run's device time went, judge by judge: for each search judge of one or more run folders, how long it held
+the device (`timeline.device_held` in trajectory.jsonl), the phases its judge.log names, and the rest (the hold
+less the phases: the `go` exchange, the runner's end and the judge's own, what hiera waits for before it gives the
+device back).
+
+    python3 research/judge_overhead.py RUN_DIR [RUN_DIR ...]
+
+Prints one block per run: medians (range) over the search's judges, then the run's totals."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+PHASES = ("buffers", "calibration", "compiled_baseline", "load", "correctness", "timing", "runtime_check")
+
+
+def judged(run: Path) -> tuple[list[tuple[float, dict[str, float]]], dict[str, float]]:
+    """([(seconds held, phases)] of the search's judges, the run's totals)."""
+    events = [json.loads(line) for line in (run / "trajectory.jsonl").read_text().splitlines() if line.strip()]
+    start = events[0]["at"]
+    totals = {"wall_s": events[-1]["at"] - start, "held_s": 0.0}
+    judges = []
+    for event in events:
+        held = sum(b - a for a, b in (event.get("timeline") or {}).get("device_held", []))
+        totals["held_s"] += held
+        if event["kind"] != "candidate_evaluated":
+            continue
+        log = run / "candidates" / event["candidate"]["id"] / "judge.log"
+        phases = [json.loads(line[len("phases: ") :]) for line in log.read_text().splitlines() if line.startswith("phases: ")]
+        if phases:
+            judges.append((held, phases[-1]))
+    return judges, totals
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def main() -> None:
+    for name in sys.argv[1:]:
+        judges, totals = judged(Path(name))
+        print(f"{name}: {len(judges)} search judges; the run's device held {totals['held_s']:.1f} s of {totals['wall_s']:.1f} s")
+        print(f"  held        {spread([h for h, _ in judges])}")
+        for phase in PHASES:
+            values = [p[phase] for _, p in judges if phase in p]
+            if values:
+                print(f"  {phase:<11} {spread(values)}")
+        print(f"  the rest    {spread([h - sum(p.values()) for h, p in judges])}")
+
+
+if __name__ == "__main__":
+    main()
