@@ -31,8 +31,8 @@ def conformance_problems(pm: pluggy.PluginManager) -> list[str]:
                     problems.append(f"{where}: missing `{member}`")
                 elif member in methods and not callable(value := getattr(cls, member)):
                     problems.append(f"{where}: `{member}` must be a method, not {type(value).__name__} {value!r:.60}")
-            for member in plugin_kind.optional:
-                if hasattr(cls, member) and not callable(value := getattr(cls, member)):
+            for member, spec in plugin_kind.optional.items():
+                if spec.method and hasattr(cls, member) and not callable(value := getattr(cls, member)):
                     problems.append(f"{where}: `{member}` must be a method, not {type(value).__name__} {value!r:.60}")
             if not hasattr(cls, "config_class") and plugin_kind.configured:
                 problems.append(f"{where}: missing `config_class` (None when it takes no configuration)")
@@ -41,7 +41,7 @@ def conformance_problems(pm: pluggy.PluginManager) -> list[str]:
             if kind == "evaluators" and not isinstance(getattr(cls, "order", None), int):
                 problems.append(f"{where}: `order` must be an int")
     directions = collect(pm, "directions").names()
-    for kind in sorted({getattr(cls, "kind", name) for name, cls in collect(pm, "architectures").classes.items()}):
+    for kind in sorted({protocols.optional(cls, "kind") or name for name, cls in collect(pm, "architectures").classes.items()}):
         try:  # what prompts quote of each direction on this kind: one answer at most, a DirectionKnowledge
             direction_knowledge(pm, directions, kind)
         except PluginError as exc:

@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 import pluggy
 
-from hiera_core import records
+from hiera_core import protocols, records
 from hiera_core.config import HieraConfig, config_from_table, load_config
 from hiera_core.engine import DeviceWanted, Engine, check_replayable, create_run, evaluate_source, tables_in_use
 from hiera_core.errors import HieraError
@@ -257,7 +257,7 @@ def replay_settings(
     store = RunStore.open(Path(recorded))
     pm = _plugin_manager(plugins, entry_points)
     backends = collect(pm, "backends")
-    replayers = [name for name in backends.names() if getattr(backends.get(name), "replays", False)]
+    replayers = [name for name in backends.names() if protocols.optional(backends.get(name), "replays")]
     if len(replayers) != 1:
         raise PluginError(
             f"a replay needs one installed backend that replays recorded answers, found {', '.join(replayers) or 'none'}"
@@ -274,11 +274,13 @@ def executing(run_session: Session) -> Iterator[None]:
     """The session's executor opened (`Executor.open`: a cluster reached, or started) for the block, and closed
     after it however it ends; an executor that cannot evaluate raises ExecutorError before anything is written."""
     executor = run_session.executor
-    getattr(executor, "open", lambda pipeline: None)(run_session.pipeline)
+    if open_ := protocols.optional(executor, "open"):
+        open_(run_session.pipeline)
     try:
         yield
     finally:
-        getattr(executor, "close", lambda: None)()
+        if close := protocols.optional(executor, "close"):
+            close()
 
 
 def evaluate(

@@ -15,7 +15,7 @@ import structlog
 from rich.console import Console
 from rich.markup import escape
 
-from hiera_core import __version__, api, hookimpl
+from hiera_core import __version__, api, hookimpl, protocols
 from hiera_core.config import PLUGIN_TABLES, HieraConfig, structure
 from hiera_core.errors import HieraError
 from hiera_core.logging import configure_logging
@@ -249,11 +249,12 @@ def _run_all_tasks(config: HieraConfig, args: argparse.Namespace, console: Conso
         if not root.is_dir():
             raise
         session = api.session(config, plugins=args.plugins, device=False)  # resumed where only planning can go on
-    failed = dict(getattr(session.workload, "failures", dict)())
+    failed = dict((protocols.optional(session.workload, "failures") or dict)())
     paused: list[str] = []
     tasks = session.workload.tasks()
     with api.executing(session):  # one cluster (or pool) for the whole suite
-        at_once = min(len(tasks), getattr(session.executor, "concurrent_runs", lambda pipeline: 1)(session.pipeline))
+        concurrent = protocols.optional(session.executor, "concurrent_runs")
+        at_once = min(len(tasks), concurrent(session.pipeline) if concurrent else 1)
         console.print(
             f"{len(tasks)} task(s) of {session.workload.name} → {root}" + (f", {at_once} at once" if at_once > 1 else ""),
             markup=False,
@@ -315,7 +316,8 @@ def _concurrently(one, tasks: list, at_once: int, executor) -> None:
     except KeyboardInterrupt:
         for future in futures:
             future.cancel()
-        getattr(executor, "cancel", lambda: None)()
+        if cancel := protocols.optional(executor, "cancel"):
+            cancel()
         pool.shutdown(wait=True)
         raise
     pool.shutdown()
@@ -464,9 +466,9 @@ def _contracts(args: argparse.Namespace, console: Console) -> int:
     config = _settings(args, workload=args.workload)
     workload_cls = collect(make_plugin_manager(extra_plugins=args.plugins), "workloads").get(args.workload)
     table = config.plugin_tables["workload"].get(args.workload, {})
-    config_class = getattr(workload_cls, "config_class", None)
+    config_class = protocols.optional(workload_cls, "config_class")
     workload = workload_cls(structure(table, config_class, where=f"[workload.{args.workload}]") if config_class else None)
-    failed = dict(getattr(workload, "failures", dict)())
+    failed = dict((protocols.optional(workload, "failures") or dict)())
     written = seeded = 0
     for task in workload.tasks():
         try:

@@ -21,7 +21,7 @@ import attrs
 import pluggy
 import structlog
 
-from hiera_core import agents, baseline_cache, peaks, records, sandbox
+from hiera_core import agents, baseline_cache, peaks, protocols, records, sandbox
 from hiera_core.config import ConfigError
 from hiera_core.pipeline import SPACE_CHECK, Evaluated
 from hiera_core.plugins import PluginError, collect
@@ -143,7 +143,7 @@ class Engine:
         self.contract = session.workload.contract(session.task, session.arch_kind)
         if not self.run.contract:
             self.contract = self.contract.without_binding()
-        describe_inputs = getattr(session.workload, "inputs", None)
+        describe_inputs = protocols.optional(session.workload, "inputs")
         self.inputs = describe_inputs(session.task, session.arch_kind) if describe_inputs else ""
         self.toolchain = session.arch.toolchain()
         started = next((e for e in store.events if isinstance(e, records.RunStarted)), None)
@@ -209,7 +209,7 @@ class Engine:
         if self.device_missing:
             raise DeviceWanted(f"the run has not started, and starting it needs the device ({self.device_missing})")
         roofline = roofline_for(self.session)
-        device_stages = [e.name for e in self.session.evaluators if getattr(e, "holds_device", False)]
+        device_stages = [e.name for e in self.session.evaluators if protocols.optional(e, "holds_device")]
         self.store.append(
             records.RunStarted(
                 run_id=self.store.manifest.run_id, roofline=roofline, device_stages=device_stages, toolchain=self.toolchain
@@ -432,7 +432,7 @@ class Engine:
     def _profile_parents(self) -> None:
         """The parents' measurements refined by the on-demand stages (a profiler) where the architecture has any and
         they have not been yet: planning reads these, and no other candidate needs them."""
-        if not any(getattr(e, "on_demand", False) for e in self.session.evaluators):
+        if not any(protocols.optional(e, "on_demand") for e in self.session.evaluators):
             return
         wanted = [c for c in self.parents(self.run.parents) if c.id not in self.profiled]
         jobs = [attrs.evolve(self._job(c), refine=True, measured=_measured(self._evaluation_of(c))) for c in wanted]
@@ -462,7 +462,7 @@ class Engine:
         """The workload's baselines not evaluated yet, as jobs with their names: each is evaluated once per run like a
         candidate (outside the budget), beside the initial candidate. One an earlier run measured on this machine
         and toolchain (`[run] baseline_cache`) is recorded from there instead."""
-        offered = getattr(self.session.workload, "baselines", None)
+        offered = protocols.optional(self.session.workload, "baselines")
         if offered is None:
             return []
         done = {e.name for e in self.store.events if isinstance(e, records.BaselineEvaluated)}
@@ -663,7 +663,7 @@ def roofline_for(session: Session) -> records.Roofline:
     dtype = session.task.params.get("dtype", "float64")
     measured = session.arch.peaks(dtype)
     (peak_gbps, peak_gflops), count = peaks.remembered(session.arch_name, session.arch.hardware(), dtype, measured)
-    reference_flops = getattr(session.workload, "reference_flops", None)
+    reference_flops = protocols.optional(session.workload, "reference_flops")
     return records.Roofline(
         bytes_moved=bytes_moved,
         flops=flops,
@@ -745,7 +745,7 @@ def evaluate_source(
         workdir=workdir / candidate.id,
     )
     result = evaluate_candidate(session, job, device=device)
-    if isinstance(result, Measured) and any(getattr(e, "on_demand", False) for e in session.evaluators):
+    if isinstance(result, Measured) and any(protocols.optional(e, "on_demand") for e in session.evaluators):
         refined = evaluate_candidate(session, attrs.evolve(job, refine=True, measured=result))
         result = refined if isinstance(refined, Measured) else result
     return candidate, result

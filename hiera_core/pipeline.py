@@ -21,7 +21,7 @@ import attrs
 import pluggy
 import structlog
 
-from hiera_core import records, sandbox
+from hiera_core import protocols, records, sandbox
 from hiera_core.config import HieraConfig, RunConfig, config_from_table, structure
 from hiera_core.errors import HieraError
 from hiera_core.judging import leave_timing_cores, recording_holds
@@ -116,7 +116,7 @@ class Pipeline:
     @property
     def accelerator(self) -> str | None:
         """What its device stages occupy, one per job (`Architecture.accelerator`: "GPU" for cuda), or None."""
-        return getattr(self.arch, "accelerator", None)
+        return protocols.optional(self.arch, "accelerator")
 
     def evaluate(self, job: EvalJob) -> Evaluated:
         """Evaluate one job in this process (from an executor's thread). Where a device stage times the candidate,
@@ -155,19 +155,19 @@ class Pipeline:
         stage_s[SPACE_CHECK] = round(time.perf_counter() - started, 4)
         if reason:
             return records.StaticRejected(reason=f"{job.candidate.space}: {reason}")
-        running = [e for e in self.evaluators if self._runs(e, job) and (device or not getattr(e, "holds_device", False))]
+        running = [e for e in self.evaluators if self._runs(e, job) and (device or not protocols.optional(e, "holds_device"))]
         early: dict[str, Any] = {}
         try:
             for evaluator in running[1:]:  # what takes long to start starts now, while the stages ahead run
-                if hasattr(evaluator, "start"):
+                if start := protocols.optional(evaluator, "start"):
                     try:
-                        early[evaluator.name] = evaluator.start(job)
+                        early[evaluator.name] = start(job)
                     except Exception:
                         log.exception("evaluator_start_failed", evaluator=evaluator.name, candidate=job.candidate.id)
             for evaluator in self.evaluators:
                 if not self._runs(evaluator, job):
                     continue
-                if not device and getattr(evaluator, "holds_device", False):
+                if not device and protocols.optional(evaluator, "holds_device"):
                     return StagePassed(job=job)
                 stage_at[evaluator.name] = round(time.time(), 4)
                 started = time.perf_counter()
@@ -195,7 +195,7 @@ class Pipeline:
     def _runs(evaluator: Evaluator, job: EvalJob) -> bool:
         """Whether the stage runs on `job`: not an on-demand stage on a new candidate, nor a measuring one on a
         measured candidate (`EvalJob.refine`)."""
-        holds, on_demand = getattr(evaluator, "holds_device", False), getattr(evaluator, "on_demand", False)
+        holds, on_demand = protocols.optional(evaluator, "holds_device"), protocols.optional(evaluator, "on_demand")
         return not (on_demand != job.refine and (on_demand or holds))
 
     def request(self, job: EvalJob, *, device: bool = True) -> dict[str, Any]:
@@ -267,12 +267,12 @@ def rebuild(recipe: Recipe) -> Pipeline:
 
     def build(registry, kind: str, name: str) -> Any:
         cls = registry.get(name)
-        config_class = getattr(cls, "config_class", None)
+        config_class = protocols.optional(cls, "config_class")
         raw = table.get(kind, {}).get(name, {})
         return cls(structure(raw, config_class, where=f"[{kind}.{name}]") if config_class else None)
 
     arch = build(architectures, "arch", config.run.arch)
-    kind = getattr(arch, "kind", arch.name)
+    kind = protocols.optional(arch, "kind") or arch.name
     stages = sorted(
         (build(evaluators, "evaluator", name) for name, cls in evaluators.classes.items() if cls.arch == kind),
         key=lambda e: e.order,

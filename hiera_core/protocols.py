@@ -186,7 +186,7 @@ class Direction(Protocol):
 def moved_knobs(direction: Direction) -> frozenset[str]:
     """The `Knob.direction` values whose knobs `direction`'s strategies move: its own name and those it names in
     its optional `moves`. The offline expert moves only these; a direction that moves none scores 0 there."""
-    return frozenset((direction.name, *getattr(direction, "moves", ())))
+    return frozenset((direction.name, *optional(direction, "moves")))
 
 
 @attrs.frozen(kw_only=True)
@@ -465,6 +465,18 @@ class Search(Protocol):
         ...
 
 
+@attrs.frozen
+class Member:
+    """An optional member of a plugin kind: what the core takes where a plugin has none (`optional`)."""
+
+    default: Any = None
+    method: bool = False
+    """Whether it is a method (None by default: the core then does without it)."""
+
+
+METHOD = Member(method=True)
+
+
 @attrs.frozen(kw_only=True)
 class PluginKind:
     """One kind of plugin: what a plugin registers (`hiera_register_<name>`) and what the core asks of it."""
@@ -479,21 +491,80 @@ class PluginKind:
     """The `[run]` key that chooses one of them (`--workload`), where a plugin's `hiera_run_defaults` may fill it."""
     configured: bool = True
     """Whether its classes must declare `config_class` (None when they take no configuration)."""
-    optional: tuple[str, ...] = ()
-    """Methods a class may leave out; where it has one, it must be a method."""
+    optional: Mapping[str, Member] = attrs.field(factory=dict)
+    """The members its protocol documents as optional, with their defaults (`optional`); where a class has an optional
+    method, it must be a method."""
 
+
+UNCONFIGURED = {"config_class": Member(None)}
 
 PLUGIN_KINDS: tuple[PluginKind, ...] = (
     PluginKind(
-        name="workloads", protocol=Workload, table="workload", run_key="workload", optional=("inputs", "baselines", "failures")
+        name="workloads",
+        protocol=Workload,
+        table="workload",
+        run_key="workload",
+        optional={"inputs": METHOD, "baselines": METHOD, "failures": METHOD, "reference_flops": METHOD},
     ),
-    PluginKind(name="spaces", protocol=ImplementationSpace, table="space", configured=False),
-    PluginKind(name="directions", protocol=Direction, table="direction", configured=False),
-    PluginKind(name="backends", protocol=LLMBackend, table="backend", run_key="backend"),
-    PluginKind(name="architectures", protocol=Architecture, table="arch", optional=("describe_hardware", "describe_space")),
-    PluginKind(name="evaluators", protocol=Evaluator, table="evaluator"),
-    PluginKind(name="executors", protocol=Executor, table="executor", run_key="executor"),
-    PluginKind(name="searches", protocol=Search, run_key="strategy", configured=False),
+    PluginKind(name="spaces", protocol=ImplementationSpace, table="space", configured=False, optional=UNCONFIGURED),
+    PluginKind(
+        name="directions",
+        protocol=Direction,
+        table="direction",
+        configured=False,
+        optional={**UNCONFIGURED, "order": Member(100), "signals": Member(()), "moves": Member(())},
+    ),
+    PluginKind(
+        name="backends",
+        protocol=LLMBackend,
+        table="backend",
+        run_key="backend",
+        optional={
+            "parallel_requests": Member(1),
+            "candidates_per_request": Member(None),
+            "repairs": Member(True),
+            "searches": Member(None),
+            "replays": Member(False),
+        },
+    ),
+    PluginKind(
+        name="architectures",
+        protocol=Architecture,
+        table="arch",
+        optional={
+            "preference": Member(0),
+            "kind": Member(None),
+            "accelerator": Member(None),
+            "describe_hardware": METHOD,
+            "describe_space": METHOD,
+        },
+    ),
+    PluginKind(
+        name="evaluators",
+        protocol=Evaluator,
+        table="evaluator",
+        optional={"holds_device": Member(False), "on_demand": Member(False), "start": METHOD},
+    ),
+    PluginKind(
+        name="executors",
+        protocol=Executor,
+        table="executor",
+        run_key="executor",
+        optional={"open": METHOD, "close": METHOD, "concurrent_runs": METHOD, "cancel": METHOD},
+    ),
+    PluginKind(name="searches", protocol=Search, run_key="strategy", configured=False, optional=UNCONFIGURED),
 )
-"""Every kind of plugin, the one table the registries, the configuration's tables, the `[run]` defaults and the
-conformance check read."""
+"""Every kind of plugin, the one table the registries, the configuration's tables, the `[run]` defaults, the
+optional members' defaults and the conformance check read."""
+
+_DEFAULTS = {name: member.default for kind in PLUGIN_KINDS for name, member in kind.optional.items()}
+assert all(  # one default a name, whatever the kind
+    member.default == _DEFAULTS[name] for kind in PLUGIN_KINDS for name, member in kind.optional.items()
+)
+
+
+def optional(plugin: Any, member: str) -> Any:
+    """`plugin`'s optional `member` (a class or an instance of a kind whose `PluginKind.optional` names it), or its
+    default where the plugin has none (None for a method): the one place the core asks a plugin for a member its
+    protocol does not require."""
+    return getattr(plugin, member, _DEFAULTS[member])

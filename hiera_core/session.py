@@ -8,7 +8,7 @@ import attrs
 import pluggy
 import structlog
 
-from hiera_core import sandbox
+from hiera_core import protocols, sandbox
 from hiera_core.config import ConfigError, HieraConfig, RunConfig, structure, unstructure
 from hiera_core.context import RunContext
 from hiera_core.pipeline import Pipeline, pipeline_for
@@ -100,7 +100,7 @@ class Session:
             task = by_name.get(run.task) or by_id[0]
         else:
             task = tasks[0]
-        kind = getattr(arch, "kind", arch_name)
+        kind = protocols.optional(arch, "kind") or arch_name
         evaluators = sorted(
             (build("evaluator", name) for name, c in registries["evaluators"].classes.items() if c.arch == kind),
             key=lambda e: e.order,
@@ -114,7 +114,7 @@ class Session:
         directions = {
             n: build("direction", n)
             for n in sorted(
-                registries["directions"].names(), key=lambda n: (getattr(registries["directions"].get(n), "order", 100), n)
+                registries["directions"].names(), key=lambda n: (protocols.optional(registries["directions"].get(n), "order"), n)
             )
         }
         context = RunContext(
@@ -122,7 +122,7 @@ class Session:
             workload=workload,
             task=task,
             arch=arch_name,
-            kind=getattr(arch, "kind", arch_name),
+            kind=kind,
             spaces=tuple(spaces),
             directions=directions,
             notices=tuple(notices),
@@ -180,7 +180,7 @@ class Session:
 def _hardware_text(arch: Architecture, device: bool, recorded: dict[str, Any] | None = None) -> str:
     """What the prompts say of the hardware: the architecture's own account of `hardware()` (or of the hardware a
     run `recorded`, where the device is missing), else the dict listed; nothing of a device neither seen nor recorded."""
-    describe = getattr(arch, "describe_hardware", None)
+    describe = protocols.optional(arch, "describe_hardware")
     if not device and recorded:
         return describe(recorded) if describe is not None else "; ".join(f"{key}: {value}" for key, value in recorded.items())
     if describe is not None:
@@ -194,7 +194,7 @@ class DeviceMissing(ConfigError):
 
 def _space_rules(arch: Architecture, spaces: list[ImplementationSpace]) -> dict[str, str]:
     """What each space admits on this architecture: its account by rank, else the space's own description."""
-    describe = getattr(arch, "describe_space", None)
+    describe = protocols.optional(arch, "describe_space")
     return {space.name: describe(space.rank) if describe else space.description for space in spaces}
 
 
@@ -211,7 +211,7 @@ def _structure_plugin_tables(config: HieraConfig, registries: dict[str, Registry
                 )
         out[table] = {}
         for name, plugin_cls in registry.classes.items():
-            config_class = getattr(plugin_cls, "config_class", None)
+            config_class = protocols.optional(plugin_cls, "config_class")
             if config_class is None:
                 if raw.get(name):
                     raise ConfigError(f"{prefix}[{table}.{name}]: this plugin takes no configuration")
@@ -243,7 +243,7 @@ def _check_search(run: RunConfig, registries: dict[str, Registry]) -> None:
     backend = registries["backends"].get(run.backend)
     if not run.planning and not search.plans:
         raise ConfigError(f"--no-planning is an ablation of a search that plans; '{run.strategy}' plans its own way")
-    answers = getattr(backend, "searches", None)
+    answers = protocols.optional(backend, "searches")
     if answers is not None and run.strategy not in answers:
         raise ConfigError(
             f"the '{run.strategy}' search needs a backend that answers it: '{run.backend}' answers only"
@@ -259,7 +259,7 @@ def _check_search(run: RunConfig, registries: dict[str, Registry]) -> None:
 def _auto_arch(registry: Registry, configs: dict[str, Any]) -> tuple[str, str | None]:
     """The architecture of highest `preference` that can run here, and a line saying what was passed over."""
     passed: list[str] = []
-    for name in sorted(registry.names(), key=lambda n: -getattr(registry.get(n), "preference", 0)):
+    for name in sorted(registry.names(), key=lambda n: -protocols.optional(registry.get(n), "preference")):
         reason = registry.get(name)(configs[name]).unavailable_reason()
         if reason is None:
             notice = "; ".join(passed)

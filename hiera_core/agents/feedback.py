@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from hiera_core import protocols
 from hiera_core.records import CompileFailed, Crashed, Evaluation, Incorrect, Measured, Rejected, StaticRejected, TimedOut
 
 LOG_LIMIT = 1500
@@ -62,7 +63,7 @@ def profile_summary(evaluation: Evaluation | None, directions: dict[str, Any]) -
     if profile.signals:
         by_reader: dict[str, list[str]] = {}
         for name, value in sorted(profile.signals.items()):
-            readers = [letter for letter, d in directions.items() if name in getattr(d, "signals", ())]
+            readers = [letter for letter, d in directions.items() if name in protocols.optional(d, "signals")]
             reader = "unclaimed" if not readers else ("shared (headroom)" if len(readers) > 2 else " and ".join(readers))
             by_reader.setdefault(reader, []).append(f"{name} = {value:.2f}")
         lines.append("signals (normalised, 1 = healthy), by the direction that reads them:")

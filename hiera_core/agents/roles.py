@@ -15,7 +15,7 @@ import attrs
 import structlog
 
 import hiera_core.agents.prompts as prompts
-from hiera_core import records
+from hiera_core import protocols, records
 from hiera_core.agents.answers import (
     JUDGE_SCHEMA,
     OA_SCHEMA,
@@ -67,9 +67,9 @@ class Agents:
         self._record = record
         self._recorded = {(e.round, e.role, e.sample, e.attempt) for e in recorded if isinstance(e, records.AgentCalled)}
         self._record_lock = threading.Lock()
-        self.parallel_requests = max(1, int(getattr(self.backend, "parallel_requests", 1)))
-        self.candidates_per_request: int | None = getattr(self.backend, "candidates_per_request", None)
-        self.repairs = bool(getattr(self.backend, "repairs", True))
+        self.parallel_requests = max(1, int(protocols.optional(self.backend, "parallel_requests")))
+        self.candidates_per_request: int | None = protocols.optional(self.backend, "candidates_per_request")
+        self.repairs = bool(protocols.optional(self.backend, "repairs"))
         """Whether the backend may be asked to fix a failed candidate (a `Brief` with `repair`)."""
 
     @property
