@@ -476,6 +476,7 @@ def test_a_worker_computing_after_the_call_returned_gains_nothing(larger):
         assert isinstance(evaluation, (records.Incorrect, records.Crashed, records.TimedOut)), evaluation
 
 
+@pytest.mark.slow  # 5 s or more on the 2-core machine
 @pytest.mark.skipif(not protection().cores_limit or len(os.sched_getaffinity(0)) < 2, reason="needs a cpuset and 2 cores")
 def test_a_one_core_space_gets_one_core_whatever_pragma_it_hides(larger):
     """`_Pragma("omp parallel for")` gets past the pure_cuda space's source rules; the kernel still runs it on one

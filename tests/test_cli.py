@@ -76,6 +76,7 @@ def test_a_plugin_that_fails_to_import_stops_hiera_with_one_line_naming_it(hiera
         ]
 
 
+@pytest.mark.slow  # 5 s or more on the 2-core machine
 def test_a_direction_whose_score_raises_stops_the_run_with_one_line_naming_it(hiera, tmp_path):
     done = hiera(
         "--plugin",

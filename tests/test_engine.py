@@ -173,6 +173,7 @@ def stencil_variant(name: str, **methods):
     return Variant()
 
 
+@pytest.mark.slow  # 5 s or more on the 2-core machine
 def test_a_task_without_a_seed_starts_from_nothing_and_says_why(tmp_path):
     from hiera_core import NoSeed
 
@@ -445,6 +446,7 @@ def test_a_baseline_measured_by_an_earlier_run_on_this_machine_is_taken_from_the
     assert not run("third", "")["unrolled by hand"].reused_from
 
 
+@pytest.mark.slow  # 5 s or more on the 2-core machine
 def test_a_several_step_task_reports_the_time_per_step(tmp_path):
     config = load_config(
         tmp_path,

@@ -69,6 +69,7 @@ def test_a_crash_names_its_call_its_signal_and_the_end_of_its_stderr(session):
     assert "```\nabout to write row 37\n```" in feedback
 
 
+@pytest.mark.slow  # 5 s or more on the 2-core machine
 def test_a_hang_names_the_call_it_hung_in(session):
     session, root = session
     hangs = crashing_on(37).replace("nowhere[n] = 1.0;", "for (;;) nowhere = 0;")

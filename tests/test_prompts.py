@@ -147,6 +147,7 @@ def test_the_toolchain_a_prompt_states_is_versions_and_flags_not_this_machine_s_
     assert mixed == "nvcc: 12.8; cuda_cflags: -O3; flags: -DFOO -Wall", mixed
 
 
+@pytest.mark.slow  # 5 s or more on the 2-core machine
 def test_no_host_prompt_speaks_of_gpu_hardware_outside_the_space_names_and_the_task_s_gpu_size(host_run):
     prompts, _ = host_run
     for role, texts in prompts.items():

@@ -262,6 +262,7 @@ def attrs_evolve(result, **changes):
     return attrs.evolve(result, **changes)
 
 
+@pytest.mark.slow  # 5 s or more on the 2-core machine
 def test_runs_that_end_at_once_in_threads_each_write_their_figures(tmp_path):
     """matplotlib is not thread-safe: a suite's runs at once (`[executor.local] runs`) ending together failed in
     mathtext's parser ("Expected end of text, found '$'") and lost the run's report. Eight threads, six log-scale
