@@ -96,8 +96,10 @@ class RunResult:
     best_evaluation: records.Measured | None
     """The winner's evaluation in the search."""
     remeasured: records.Evaluation | None
-    """The winner measured again in fresh processes on fresh inputs: the re-measurement at its median, the figure to
-    quote (None when the run did not re-measure)."""
+    """The winner measured again in fresh processes on fresh inputs: the re-measurement at its median (None when the
+    run did not re-measure)."""
+    headline: records.Measured | None
+    """The figure to quote (`records.Best.headline`): the re-measured one where there is one, else the search's."""
     finalists: list[records.Finalist]
     """The final re-measurement's standings, the winner first (empty when the run did not re-measure)."""
     evaluations: list[records.CandidateEvaluated]
@@ -117,6 +119,7 @@ class RunResult:
             best=winner.candidate if winner is not None else None,
             best_evaluation=winner.search if winner is not None else None,
             remeasured=finished[-1].remeasured if finished else None,
+            headline=winner.headline if winner is not None else None,
             finalists=list(finished[-1].finalists) if finished else [],
             evaluations=evaluations,
             plans=[e.plan for e in store.events if isinstance(e, records.PlanMade)],

@@ -349,9 +349,8 @@ def _summary(result: api.RunResult, console: Console, prefix: str = "") -> int:
             else f"{prefix}no valid candidate was found"
         )
         return 1
-    best = result.best_evaluation
-    final = result.remeasured if isinstance(result.remeasured, Measured) else None
-    if final is not None:
+    best, final = result.best_evaluation, result.headline
+    if final is not None and final is not best:
         line = (
             f"best {final.latency_ms:.3f} ms re-measured ({best.latency_ms:.3f} ms in the search),"
             f" {final.speedup_vs_reference:.2f}× the reference"
