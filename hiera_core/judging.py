@@ -737,6 +737,17 @@ def batch_length(null: NullBatches, estimate_ms: float, *, places: int, protocol
     return max(1, min(places, wanted))
 
 
+def resized(null: NullBatches, batches: Sequence[TimedBatch], estimate_ms: float, *, places: int) -> int:
+    """Calls for the next timed batch (`batch_length`), sized from the median figure of the `batches` timed so far, or
+    from `estimate_ms` (a warm-up batch's) before any: a warm-up that paid a one-time cost (cuDNN's algorithm search,
+    a lazy initialisation: 380 ms for four 4 ms calls on the H100, 2026-12-06) no longer makes every batch one call
+    long, each with its own null batch and checks. The sizes only spend the protocol's cost; the figure is the
+    same rule whatever they are."""
+    if batches:
+        estimate_ms = statistics.median((b.wall_ms - null.cost_ms(b.calls, b.null_ms)) / b.calls for b in batches)
+    return batch_length(null, max(estimate_ms, 1e-4), places=places)
+
+
 @attrs.frozen(kw_only=True)
 class TimedBatch:
     """One timed batch: its calls, the judge's milliseconds around it, and what the runner's timer said of each call."""
