@@ -17,6 +17,7 @@ hold the semantics.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import functools
@@ -96,13 +97,41 @@ record's reason when it gave no answer, and an answer stands either way."""
 _holds = threading.local()
 
 
+_waiting = threading.Condition()
+_foreground: collections.Counter[str] = collections.Counter()
+"""Per lock name, this process's threads waiting for the device for the search (not `background`): while any does,
+background holders wait."""
+
+
+BACKGROUND_POLL_S = 0.05
+
+
 @contextlib.contextmanager
-def device_lock(name: str):
+def device_lock(name: str, *, background: bool = False):
     """One process at a time on a device (`gpu-0`, ...), across threads and hiera processes: what holds it times
-    or profiles undisturbed. Each hold's interval goes to the thread's `recording_holds` list, if one is open."""
+    or profiles undisturbed. Each hold's interval goes to the thread's `recording_holds` list, if one is open.
+    A `background` holder (a baseline judged beside the search) takes the device only while no thread of this process
+    waits for it otherwise, so the search's candidates and profiles go first."""
     path = Path(tempfile.gettempdir()) / f"hiera-{name}.lock"  # a link there is refused, never followed
     with open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)) as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        if background:
+            while True:
+                with _waiting:
+                    _waiting.wait_for(lambda: _foreground[name] == 0)
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    time.sleep(BACKGROUND_POLL_S)
+        else:
+            with _waiting:
+                _foreground[name] += 1
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            finally:
+                with _waiting:
+                    _foreground[name] -= 1
+                    _waiting.notify_all()
         start = time.time()
         try:
             yield
@@ -735,6 +764,17 @@ def batch_length(null: NullBatches, estimate_ms: float, *, places: int, protocol
     room = protocol_fraction * max(estimate_ms, 1e-6) - per_call
     wanted = places if room <= 0 else math.ceil(fixed / room)
     return max(1, min(places, wanted))
+
+
+def resized(null: NullBatches, batches: Sequence[TimedBatch], estimate_ms: float, *, places: int) -> int:
+    """Calls for the next timed batch (`batch_length`), sized from the median figure of the `batches` timed so far, or
+    from `estimate_ms` (a warm-up batch's) before any: a warm-up that paid a one-time cost (cuDNN's algorithm search,
+    a lazy initialisation: 380 ms for four 4 ms calls on the H100, 2026-12-06) no longer makes every batch one call
+    long, each with its own null batch and checks. The sizes only spend the protocol's cost; the figure is the
+    same rule whatever they are."""
+    if batches:
+        estimate_ms = statistics.median((b.wall_ms - null.cost_ms(b.calls, b.null_ms)) / b.calls for b in batches)
+    return batch_length(null, max(estimate_ms, 1e-4), places=places)
 
 
 @attrs.frozen(kw_only=True)

@@ -13,7 +13,7 @@ import pytest
 from hiera_core import records
 from hiera_core.config import load_config
 from hiera_core.engine import evaluate_source
-from hiera_core.judging import NullBatches, TimedBatch, batch_length, timed_series, timing_verdict
+from hiera_core.judging import NullBatches, TimedBatch, batch_length, resized, timed_series, timing_verdict
 from hiera_core.pipeline import implausible
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.sandbox import protection
@@ -302,6 +302,16 @@ def test_the_batch_is_long_enough_for_the_protocol_to_cost_at_most_one_per_cent(
     assert cheap_loop.cost_ms(n) / n <= 0.01 * 0.56 and cheap_loop.cost_ms(n - 1) / (n - 1) > 0.01 * 0.56
     assert batch_length(cheap_loop, 0.56, places=10) == 10  # the places (the task's memory) cap it
     assert batch_length(NULL, 0.005, places=64) == 64  # a call cheaper than the loop itself: every place
+
+
+def test_a_warm_up_that_paid_a_one_time_cost_sizes_only_the_first_batch():
+    """cuDNN's algorithm search made a 4 ms baseline's warm-up read 95 ms a call on the H100: every one of its 100
+    batches was one call long, each with a null batch and a check (15 s of the GPU). The batches after the first
+    are sized from what the calls took."""
+    loop = NullBatches(one_ms=[0.60] * 5, full_ms=[0.95] * 5, calls=16)
+    assert resized(loop, [], 95.0, places=16) == 1
+    first = TimedBatch(calls=1, wall_ms=0.60 + 4.1, in_process_ms=[3.9], null_ms=0.60)
+    assert resized(loop, [first], 95.0, places=16) == 16
 
 
 def test_nothing_of_a_candidate_outlives_a_killed_hiera(tmp_path):

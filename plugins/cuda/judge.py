@@ -500,13 +500,13 @@ class CudaJudge:
                 compiled_times.extend([self.judge_batch(compiled, views_in)] * n)
             return batch
 
-        warm = timed_batch(min(self.place_count, 4), last=False)  # sizes the batches; not part of the figure
-        estimate = max((warm.wall_ms - null.cost_ms(warm.calls)) / warm.calls, 1e-4)
-        calls = judging.batch_length(null, estimate, places=self.place_count)
+        warm = timed_batch(min(self.place_count, 4), last=False)  # sizes the first batch; not part of the figure
+        estimate = (warm.wall_ms - null.cost_ms(warm.calls)) / warm.calls
 
         def series() -> list[judging.TimedBatch]:
             batches: list[judging.TimedBatch] = []
             while True:
+                calls = judging.resized(null, batches, estimate, places=self.place_count)
                 total = sum(b.calls for b in batches) + calls
                 last = timing_done(total, len(batches) + 1, sum(b.wall_ms for b in batches), batches, null, s)
                 batches.append(timed_batch(calls, last))
@@ -562,8 +562,8 @@ class CudaJudge:
             conditions={
                 **{f"{k}_start": v for k, v in before.items()},
                 **{f"{k}_end": v for k, v in after.items()},
-                "batch_calls": calls,
-                "protocol_ms_per_batch": round(null.cost_ms(calls), 4),
+                "batch_calls": batches[-1].calls,
+                "protocol_ms_per_batch": round(null.cost_ms(batches[-1].calls), 4),
                 "in_process_ms": round(statistics.median(statistics.fmean(b.in_process_ms) for b in batches), 6),
                 **{f"memory_{k}": v for k, v in self.memory.items()},
             },

@@ -257,15 +257,16 @@ class Judge:
                 reference_times.append((time.perf_counter() - t0) * 1e3)
             return batch
 
-        warm = timed(fresh(min(2, self.arena_places)), last=False)  # the estimate that sizes the batches; not a figure
+        warm = timed(fresh(min(2, self.arena_places)), last=False)  # the estimate that sizes the first batch; not a figure
         estimate = max((warm.wall_ms - null.cost_ms(warm.calls)) / warm.calls, 1e-3)
-        calls = judging.batch_length(null, estimate, places=min(self.arena_places, max(1, s["max_repeats"] // 4)))
+        places = min(self.arena_places, max(1, s["max_repeats"] // 4))
         load = judging.OtherLoad(self.runner.process.pid)
 
         def series() -> list[judging.TimedBatch]:
             batches: list[judging.TimedBatch] = []
             cpu.clear()
             while True:
+                calls = judging.resized(null, batches, estimate, places=places)
                 total = sum(b.calls for b in batches) + calls
                 last = total + calls > s["max_repeats"] or (
                     total >= s["min_repeats"] and len(batches) >= 4 and sum(b.wall_ms for b in batches) / 1e3 >= s["min_time_s"]
@@ -331,9 +332,9 @@ class Judge:
                 "cache_ns_per_point": cache_wall * 1e6 / h.points(cache_case),
                 "task_points": h.points(timing_case),
                 "cores": cores,
-                "batch_calls": calls,
+                "batch_calls": batches[-1].calls,
                 "in_process_ms": round(statistics.median(statistics.fmean(b.in_process_ms) for b in batches), 6),
-                "protocol_ms_per_batch": round(null.cost_ms(calls), 4),
+                "protocol_ms_per_batch": round(null.cost_ms(batches[-1].calls), 4),
             },
         )
 
