@@ -1,6 +1,7 @@
 """The `ray` executor on a real Ray cluster of this machine (two CPU workers, no GPU): the same candidates and
 decisions as the `local` executor, a suite several runs at once, a worker killed mid-run, an unreachable cluster."""
 
+import itertools
 import json
 import os
 import secrets
@@ -135,7 +136,8 @@ def test_a_suite_runs_its_tasks_at_once_on_the_cluster_as_local_runs_them_one_by
 
 @pytest.mark.slow
 def test_device_stages_go_to_a_worker_holding_the_accelerator_after_the_build(cluster, tmp_path):
-    """A GPU's path on a CPU: an architecture whose device stages need `FAKE`, which the cluster has one of."""
+    """A GPU's path on a CPU: an architecture whose device stages need `FAKE`, which the cluster has one of. A round's
+    two device phases share it (`device_jobs`): both under way at once, their timing one at a time under the lock."""
     flags, env, _ = cluster
     done = run_hiera(
         "--workload",
@@ -152,6 +154,10 @@ def test_device_stages_go_to_a_worker_holding_the_accelerator_after_the_build(cl
         "run.baselines=false",
         "--set",
         "workload.stencil2d.host_n=96",
+        "--set",
+        "evaluator.host-run.min_time_s=3",  # each timing outlasts the gap between the round's two builds' ends
+        "--set",
+        "evaluator.host-run.max_repeats=1000000",
         *flags,
         "--run-dir",
         "run",
@@ -162,6 +168,10 @@ def test_device_stages_go_to_a_worker_holding_the_accelerator_after_the_build(cl
     evaluated = _evaluated(tmp_path / "run")
     assert len(evaluated) == 3 and all(isinstance(e.evaluation, records.Measured) for e in evaluated)
     assert all({"space-check", "host-compile", "host-run"} <= set(e.stage_s) for e in evaluated)
+    runs = [(e.timeline.stage_at["host-run"], e.timeline.stage_at["host-run"] + e.stage_s["host-run"]) for e in evaluated[1:]]
+    assert max(start for start, _ in runs) < min(end for _, end in runs), runs  # the round's two judges at once on `FAKE`
+    holds = sorted(hold for e in evaluated[1:] for hold in e.timeline.device_held)
+    assert holds and all(end <= start for (_, end), (start, _) in itertools.pairwise(holds))  # the lock: one at a time
     log = [json.loads(line) for line in (tmp_path / "run" / "hiera.log.jsonl").read_text().splitlines()]
     handed = [line["candidate"] for line in log if line["event"] == "ray_device_stages" and line["accelerator"] == "FAKE"]
     events = RunStore.open(tmp_path / "run").events
