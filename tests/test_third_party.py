@@ -1,14 +1,31 @@
-"""A plugin distribution installed with pip is found through its entry point and takes part in a run."""
+"""A plugin distribution installed with pip is found through its entry point and takes part in a run. The guide's
+two complete examples (docs/plugins.md: a direction, an architecture with a space) are installed from the guide."""
 
+import re
 import subprocess
 import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 from conftest import run_hiera
 
 from hiera_core import records
 from hiera_core.store import RunStore
+
+GUIDE = (Path(__file__).parents[1] / "docs" / "plugins.md").read_text()
+
+
+def guide_block(language: str, first_line: str) -> str:
+    """The guide's one fenced `language` block whose first line starts with `first_line`, as a file holds it."""
+    blocks = re.findall(rf"^```{language}\n(.*?)^```$", GUIDE, re.M | re.S)
+    [block] = [b for b in blocks if b.startswith(first_line)]
+    return block
+
+
+ARCH_PLUGIN = guide_block("python", '"""hiera-acme-cpu:')
+DIRECTION_PLUGIN = guide_block("python", '"""hiera-occupancy:')
+PYPROJECT = guide_block("toml", "[build-system]")
+"""The guide's `pyproject.toml` of hiera-occupancy: `pip_install` renames its distribution and entry point."""
 
 PLUGIN = '''
 """hiera-acme: a direction V and a workload `scale` for the host architecture."""
@@ -147,19 +164,6 @@ def hiera_register_workloads():
     return [Scale]
 '''
 
-PYPROJECT = """
-[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "hiera-acme"
-version = "0.3.0"
-
-[project.entry-points.hiera]
-acme = "hiera_acme"
-"""
-
 
 def pip_install(tmp_path, distribution: str, package: str, code: str) -> dict[str, str]:
     """Build `distribution` (one module `package`, entry point named after it) and install it with pip into a
@@ -168,9 +172,9 @@ def pip_install(tmp_path, distribution: str, package: str, code: str) -> dict[st
     (source / package).mkdir(parents=True)
     entry = distribution.removeprefix("hiera-")
     (source / "pyproject.toml").write_text(
-        textwrap.dedent(PYPROJECT)
-        .replace('name = "hiera-acme"', f'name = "{distribution}"')
-        .replace('acme = "hiera_acme"', f'{entry} = "{package}"')
+        PYPROJECT.replace('name = "hiera-occupancy"', f'name = "{distribution}"').replace(
+            'occupancy = "hiera_occupancy"', f'{entry} = "{package}"'
+        )
     )
     (source / package / "__init__.py").write_text(code)
     site = tmp_path / "site"
@@ -198,7 +202,7 @@ def test_a_pip_installed_plugin_shows_up_and_runs(tmp_path):
 
     listing = run_hiera("plugins", cwd=tmp_path, env=env)
     assert listing.returncode == 0, listing.stderr
-    assert "acme  (hiera-acme 0.3.0; entry point acme = hiera_acme)" in listing.stdout
+    assert "acme  (hiera-acme 0.1.0; entry point acme = hiera_acme)" in listing.stdout
     assert "directions: V" in listing.stdout and "workloads: scale" in listing.stdout
 
     done = run_hiera(
@@ -245,73 +249,6 @@ def test_a_run_recorded_before_a_direction_was_installed_replays_only_without_it
         f"hiera: error: {tmp_path / 'recorded'} cannot be replayed: its plans scored"
         " direction(s) T, which no installed plugin provides now"
     ]
-
-
-ARCH_PLUGIN = '''
-"""hiera-acme-cpu: an architecture `acme-cpu` for C candidates (kind `host`) and a space `acme_asm`."""
-import os
-import shutil
-from typing import ClassVar
-
-import attrs
-
-from hiera_core import SourceRule, hookimpl, violation
-
-RULES = [
-    SourceRule(r"#\\s*pragma\\s+omp\\b", "an OpenMP pragma", 1),
-    SourceRule(r"\\b__asm__\\b|\\basm\\s*\\(", "inline assembly", 3),
-]
-
-
-@attrs.frozen(kw_only=True)
-class AcmeConfig:
-    cflags: list[str] = attrs.field(factory=lambda: ["-O2", "-fopenmp"])
-
-
-class AcmeCpu:
-    name: ClassVar[str] = "acme-cpu"
-    kind: ClassVar[str] = "host"
-    preference: ClassVar[int] = 5
-    config_class: ClassVar[type] = AcmeConfig
-
-    def __init__(self, config):
-        self.config = config
-
-    def unavailable_reason(self):
-        return None if shutil.which("cc") else "no cc"
-
-    def check_source(self, source, rank):
-        return violation(source, RULES, rank)
-
-    def hardware(self):
-        return {"model": "acme reference board", "cores": os.cpu_count()}
-
-    def toolchain(self):
-        return {"cc": "cc", "cflags": list(self.config.cflags)}
-
-    def peaks(self, dtype):
-        return 1e4, 1e5  # the datasheet's (GB/s, GFLOP/s): floors far below anything measured here
-
-
-class AcmeAsm:
-    name: ClassVar[str] = "acme_asm"
-    rank: ClassVar[int] = 3
-    config_class = None
-    description: ClassVar[str] = "Anything of the other spaces, plus inline assembly."
-
-    def __init__(self, config):
-        pass
-
-
-@hookimpl
-def hiera_register_architectures():
-    return [AcmeCpu]
-
-
-@hookimpl
-def hiera_register_spaces():
-    return [AcmeAsm]
-'''
 
 
 @pytest.mark.slow
@@ -366,45 +303,6 @@ def test_a_pip_installed_architecture_and_space_run_the_host_loop_under_their_ow
     )
     assert "uses inline assembly" in checked.stdout + checked.stderr
 
-
-DIRECTION_PLUGIN = '''
-"""hiera-occupancy: a direction O that steers the parallelism knobs workloads already have."""
-from typing import ClassVar
-
-from hiera_core import DirectionKnowledge, StrategyTemplate, hookimpl
-
-
-class Occupancy:
-    name: ClassVar[str] = "O"
-    order: ClassVar[int] = 0
-    moves: ClassVar[tuple[str, ...]] = ("P",)
-    signals: ClassVar[tuple[str, ...]] = ("memory_floor_fraction",)
-    title: ClassVar[str] = "Occupancy"
-    description: ClassVar[str] = "Keep every core busy."
-    config_class = None
-
-    def __init__(self, config):
-        pass
-
-    def score(self, profile):
-        if profile is None or "memory_floor_fraction" not in profile.signals:
-            return 0.0, "O: no memory_floor_fraction"
-        fraction = profile.signals["memory_floor_fraction"]
-        return (1.0 if fraction < 0.5 else 0.0), f"O: the memory floor is {fraction:.2f} of the time: cores idle"
-
-
-@hookimpl
-def hiera_register_directions():
-    return [Occupancy]
-
-
-@hookimpl
-def hiera_direction_knowledge(direction, kind):
-    if direction != "O":
-        return None
-    return DirectionKnowledge(knowledge="Idle cores waste the memory system.", rubric="High when cores idle.",
-                              strategies=((), (StrategyTemplate(name="occupy every core", steps=("thread it",)),)))
-'''
 
 NOTHING_PLUGIN = '''
 """hiera-nothing: a direction Z that steers no knob any workload has."""
