@@ -17,6 +17,7 @@ hold the semantics.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import functools
@@ -96,13 +97,41 @@ record's reason when it gave no answer, and an answer stands either way."""
 _holds = threading.local()
 
 
+_waiting = threading.Condition()
+_foreground: collections.Counter[str] = collections.Counter()
+"""Per lock name, this process's threads waiting for the device for the search (not `background`): while any does,
+background holders wait."""
+
+
+BACKGROUND_POLL_S = 0.05
+
+
 @contextlib.contextmanager
-def device_lock(name: str):
+def device_lock(name: str, *, background: bool = False):
     """One process at a time on a device (`gpu-0`, ...), across threads and hiera processes: what holds it times
-    or profiles undisturbed. Each hold's interval goes to the thread's `recording_holds` list, if one is open."""
+    or profiles undisturbed. Each hold's interval goes to the thread's `recording_holds` list, if one is open.
+    A `background` holder (a baseline judged beside the search) takes the device only while no thread of this process
+    waits for it otherwise, so the search's candidates and profiles go first."""
     path = Path(tempfile.gettempdir()) / f"hiera-{name}.lock"  # a link there is refused, never followed
     with open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)) as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        if background:
+            while True:
+                with _waiting:
+                    _waiting.wait_for(lambda: _foreground[name] == 0)
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    time.sleep(BACKGROUND_POLL_S)
+        else:
+            with _waiting:
+                _foreground[name] += 1
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            finally:
+                with _waiting:
+                    _foreground[name] -= 1
+                    _waiting.notify_all()
         start = time.time()
         try:
             yield

@@ -370,6 +370,9 @@ class EvalJob:
     compiled_reference: bool = False
     """Also time the task's reference under `torch.compile` where the workload offers it: set on one job of the final
     re-measurement (a property of the task, measured once a run)."""
+    background: bool = False
+    """Evaluated beside the search (a baseline, on an architecture with an accelerator): its device stages take the
+    device only while the search's own jobs do not want it (`judging.device_lock`)."""
 
     def worker_request(self) -> dict[str, Any]:
         """What a process outside the judge (a profiler's target) needs to rebuild the task's harness and load

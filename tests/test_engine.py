@@ -363,20 +363,26 @@ def test_the_expert_does_not_give_up_the_best_candidates_library_features(tmp_pa
     assert decision["space"] == "cuda_libraries"
 
 
+def offer_baselines(monkeypatch) -> None:
+    """The host stencil offers two baselines: the template unrolled by hand, and one that does not compile."""
+    from hiera_workloads.stencil2d import host
+
+    template = host.HostStencilTemplate()
+    offered = [
+        records.Baseline(
+            name="unrolled by hand", space="pure_cuda", source=template.render({**template.defaults(), "unroll": 4})
+        ),
+        records.Baseline(name="broken", space="pure_cuda", source="int stencil2d(void) { return }"),
+    ]
+    monkeypatch.setattr(host, "baselines", lambda task: offered, raising=False)
+
+
 @pytest.mark.slow
 def test_a_workloads_baselines_are_measured_once_and_reported_beside_the_best(tmp_path, monkeypatch):
     """A workload's baselines go through the candidate pipeline beside the seed (their builds and device time
     overlap its), outside the budget; the report sets the best against each; a resumed run measures none of them
     again."""
-    from hiera_workloads.stencil2d import host
-
-    template = host.HostStencilTemplate()
-    unrolled = {**template.defaults(), "unroll": 4}
-    offered = [
-        records.Baseline(name="unrolled by hand", space="pure_cuda", source=template.render(unrolled)),
-        records.Baseline(name="broken", space="pure_cuda", source="int stencil2d(void) { return }"),
-    ]
-    monkeypatch.setattr(host, "baselines", lambda task: offered, raising=False)
+    offer_baselines(monkeypatch)
     config = load_config(
         tmp_path,
         environ={},
@@ -408,19 +414,70 @@ def test_a_workloads_baselines_are_measured_once_and_reported_beside_the_best(tm
 
 
 @pytest.mark.slow
+def test_on_an_accelerator_the_baselines_are_judged_beside_the_search_not_before_it(tmp_path, monkeypatch):
+    """Where the device stages occupy an accelerator, a workload's baselines no longer hold round 0 (the initial
+    candidate, its profile and round 1 waited ~40 s for three baselines on an H100): they are judged beside the
+    search, after the device's other waiters, and recorded once it ends; a resumed run measures none again."""
+    from conftest import PLUGINS
+
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    offer_baselines(monkeypatch)
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"arch": "host-accelerated", "rounds": 1, "population": 2},
+        overrides=["workload.stencil2d.host_n=48", "run.remeasure=false", 'run.baseline_cache=""'],
+    )
+    session = Session.create(config, make_plugin_manager(extra_plugins=["accelerated_host"]))
+    store = create_run(session, tmp_path / "run")
+    Engine(session, store).optimize()
+
+    events = store.events
+    kinds = [type(e).__name__ for e in events]
+    assert sorted((e.name, type(e.evaluation).__name__) for e in events if isinstance(e, records.BaselineEvaluated)) == [
+        ("broken", "CompileFailed"),
+        ("unrolled by hand", "Measured"),
+    ]
+    assert "BaselineEvaluated" not in kinds[: kinds.index("RoundFinished")]  # round 0 did not wait for them
+    assert kinds.index("BaselineEvaluated") < kinds.index("RunFinished")
+    assert "## Baselines (measured in this run)" in (tmp_path / "run" / "report.md").read_text()
+
+    Engine(session, store).optimize()  # resumed: nothing measured again
+    assert len([e for e in store.events if isinstance(e, records.BaselineEvaluated)]) == 2
+
+
+def test_a_background_holder_takes_the_device_after_every_waiting_search_job(tmp_path, monkeypatch):
+    from hiera_core import judging
+
+    monkeypatch.setattr(judging.tempfile, "gettempdir", lambda: str(tmp_path))
+    order, held = [], threading.Event()
+
+    def take(who: str, background: bool, wait_s: float = 0.0) -> None:
+        time.sleep(wait_s)
+        with judging.device_lock("test-device", background=background):
+            order.append(who)
+            if who == "first":
+                held.set()
+                time.sleep(0.4)  # meanwhile a baseline, then a candidate, ask for the device
+            time.sleep(0.05)
+
+    threads = [
+        threading.Thread(target=take, args=("first", False)),
+        threading.Thread(target=take, args=("baseline", True, 0.1)),
+        threading.Thread(target=take, args=("candidate", False, 0.2)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert held.is_set() and order == ["first", "candidate", "baseline"]
+
+
+@pytest.mark.slow
 def test_a_baseline_measured_by_an_earlier_run_on_this_machine_is_taken_from_the_cache(tmp_path, monkeypatch):
     """The second run of a task records its measured baseline from the first run's (saying so), measures again
     what failed, and with the cache off measures everything."""
-    from hiera_workloads.stencil2d import host
-
-    template = host.HostStencilTemplate()
-    offered = [
-        records.Baseline(
-            name="unrolled by hand", space="pure_cuda", source=template.render({**template.defaults(), "unroll": 4})
-        ),
-        records.Baseline(name="broken", space="pure_cuda", source="int stencil2d(void) { return }"),
-    ]
-    monkeypatch.setattr(host, "baselines", lambda task: offered, raising=False)
+    offer_baselines(monkeypatch)
 
     def run(name: str, cache: str) -> list[records.BaselineEvaluated]:
         config = load_config(

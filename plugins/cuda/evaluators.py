@@ -159,7 +159,7 @@ class CudaRun:
             timeout_s=timeout_s,
             measured=self._measured,
             memory_bytes=memory,
-            device_lock=device_lock(gpu_lock_name(self.config.device)),
+            device_lock=device_lock(gpu_lock_name(self.config.device), background=job.background),
         )
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
