@@ -86,6 +86,11 @@ own wake-up: either way the candidate is not favoured)."""
 SLICE_MS = 1.5
 """Beyond this the probe may have run in a time slice of its own (~2 ms on the H200) while the candidate's work went
 on: the batch is timed again."""
+IDLE_WAIT_S = 2.0
+"""Before a batch's inputs are written the judge waits this long at most for an idle probe within the limit: another
+process's device context starting beside the judge (a judge or runner of the candidates built beside it, a
+profiler) slows every probe for a moment; on an H100 (2026-12-06) three probes in a row failed that way and a trusted
+baseline was rejected. Work the candidate left running outlasts the wait and is rejected."""
 REPLY_SPIN_S = 1.0
 """The judge polls for the runner's reply this long before it blocks (`judging.Runner`): every batch the judge times
 is shorter, so the reply is read as it comes, not ~0.1 ms later by a judge woken from sleep. It costs one core while
@@ -622,10 +627,16 @@ class CudaJudge:
         self.note_memory()
         return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), placed
 
-    def idle(self) -> bool:
-        """Whether the GPU runs nothing but the judge's work: one of three idle probes within the limit (a resident
-        kernel of another context slows every probe; a hiccup of the judge's own, one)."""
-        return any(self.probe() <= self.probe_limit_ms for _ in range(3))
+    def idle(self, wait_s: float = IDLE_WAIT_S) -> bool:
+        """Whether the GPU runs nothing but the judge's work: an idle probe within the limit, within `wait_s` (a
+        resident kernel of another context slows every probe for as long as it runs; a context starting, for a
+        moment; a hiccup of the judge's own, one probe)."""
+        deadline = time.monotonic() + wait_s
+        while self.probe() > self.probe_limit_ms:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1e-3)
+        return True
 
     def probe(self) -> float:
         torch.cuda.synchronize()
