@@ -3,9 +3,9 @@
 Every check of a stencil2d candidate (the correctness cases, and 1 + 10% + the last call of every timed batch) computes
 the reference with CuPy's shifted adds (`workloads/stencil2d/reference.py`): 120 ms for the 10240² task on the H200
 and the H100, about five times a search judge's timing phase's kernel work, so that the checks are most of the ~3 s a
-judge holds the GPU. This probe writes the same sum as one direct kernel (each output point adds its taps in the
-shifted adds' order, `__dmul_rn` then `__dadd_rn`, so neither FMA contraction nor another order changes a bit) and
-prints, for each size, radius and step count, whether the two agree bit for bit and what each takes.
+judge holds the GPU. This probe runs the harness's own direct kernel (`DIRECT`: each output point adds its taps in the
+shifted adds' order, `__dmul_rn` then `__dadd_rn`, so neither FMA contraction nor another order changes a bit; the
+harness's reference since 2026-12-06) and prints, for each size, radius and step count, whether the two agree bit for bit and what each takes.
 
 Run on a GPU: python3 research/probe_stencil_reference.py
 Prints one row per case: n, radius, steps, equal (bitwise), ms shifted adds, ms direct (CUDA events, median of 5)."""
@@ -13,34 +13,13 @@ Prints one row per case: n, radius, steps, equal (bitwise), ms shifted adds, ms 
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 
 import cupy
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from workloads.stencil2d.reference import draw_weights, reference  # noqa: E402
+from hiera_workloads.stencil2d.cuda._harness import DIRECT
+from hiera_workloads.stencil2d.reference import draw_weights, reference
 
-DIRECT = r"""
-extern "C" __global__ void stencil_direct(const double* __restrict__ x, const double* __restrict__ w,
-                                          double* __restrict__ y, long long n, int r) {
-    long long at = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (at >= n * n) return;
-    long long i = at / n, j = at % n;
-    int k = 2 * r + 1;
-    double sum = 0.0;
-    for (int a = 0; a < k; ++a) {
-        long long row = i + a - r;
-        for (int b = 0; b < k; ++b) {
-            long long col = j + b - r;
-            double v = (row >= 0 && row < n && col >= 0 && col < n) ? x[row * n + col] : 0.0;
-            sum = __dadd_rn(sum, __dmul_rn(w[a * k + b], v));
-        }
-    }
-    y[at] = sum;
-}
-"""
 KERNEL = cupy.RawKernel(DIRECT, "stencil_direct")
 
 

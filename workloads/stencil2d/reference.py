@@ -1,4 +1,4 @@
-"""The stencil's numerics: its weights and its FP64 reference (numpy here, CuPy in the cuda harness)."""
+"""The stencil's numerics: its weights and its FP64 reference (numpy; the cuda harness computes the same bits with one kernel a step)."""
 
 from __future__ import annotations
 
