@@ -1,11 +1,13 @@
 """Where a run's device time went, judge by judge: for each search judge of one or more run folders, how long it held
 the device (`timeline.device_held` in trajectory.jsonl), the phases its judge.log names, and the rest (the hold
 less the phases: the `go` exchange, the runner's end and the judge's own, what hiera waits for before it gives the
-device back).
+device back); and where each round's wall time went.
 
     python3 research/judge_overhead.py RUN_DIR [RUN_DIR ...]
 
-Prints one block per run: medians (range) over the search's judges, then the run's totals."""
+Prints one block per run: medians (range) over the search's judges, then one line per round (and the final
+re-measurement): its wall time from its candidates' generation to its end, when its first candidate's judge took the
+device, and how long the device was held by its jobs."""
 
 from __future__ import annotations
 
@@ -35,6 +37,32 @@ def judged(run: Path) -> tuple[list[tuple[float, dict[str, float]]], dict[str, f
     return judges, totals
 
 
+def rounds(run: Path) -> list[tuple[str, float, float, float]]:
+    """[(round, wall s, s to the first device hold, device held s)]: from each round's `candidates_generated` to its
+    `round_finished`, and from the last round's end to the run's end for the re-measurement."""
+    events = [json.loads(line) for line in (run / "trajectory.jsonl").read_text().splitlines() if line.strip()]
+    spans, start = [], None
+    for event in events:
+        if event["kind"] == "candidates_generated":
+            start = (f"round {event['round']}", event["at"])
+        elif event["kind"] == "round_finished" and start:
+            spans.append((*start, event["at"], "candidate_evaluated"))
+            start = None
+    if spans and events[-1]["kind"] == "run_finished":
+        spans.append(("re-measure", spans[-1][2], events[-1]["at"], "remeasured"))
+    table = []
+    for name, begin, end, kind in spans:
+        holds = [
+            span
+            for event in events
+            if event["kind"] == kind and begin <= event["at"] <= end
+            for span in (event.get("timeline") or {}).get("device_held", [])
+        ]
+        first = min((a for a, _ in holds), default=end)
+        table.append((name, end - begin, first - begin, sum(b - a for a, b in holds)))
+    return table
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
@@ -49,6 +77,9 @@ def main() -> None:
             if values:
                 print(f"  {phase:<11} {spread(values)}")
         print(f"  the rest    {spread([h - sum(p.values()) for h, p in judges])}")
+        print("  round        wall s  first hold at s  held s")
+        for name, wall, first, held in rounds(Path(name)):
+            print(f"  {name:<12} {wall:6.1f} {first:16.1f} {held:7.1f}")
 
 
 if __name__ == "__main__":
