@@ -135,9 +135,11 @@ def test_a_suite_runs_its_tasks_at_once_on_the_cluster_as_local_runs_them_one_by
 
 
 @pytest.mark.slow
-def test_device_stages_go_to_a_worker_holding_the_accelerator_after_the_build(cluster, tmp_path):
-    """A GPU's path on a CPU: an architecture whose device stages need `FAKE`, which the cluster has one of. A round's
-    two device phases share it (`device_jobs`): both under way at once, their timing one at a time under the lock."""
+def test_device_stages_go_to_a_worker_holding_the_accelerator_with_or_after_the_build(cluster, tmp_path):
+    """A GPU's path on a CPU: an architecture whose device stages need `FAKE`, which the cluster has one of, in two
+    shares (`device_jobs`). Of a round's three candidates two find a share free and go to it whole (their judges
+    start beside their builds), both under way at once, their timing one at a time under the lock; the third builds
+    on a CPU worker and is handed over when a share frees. Every job reaches `FAKE` once."""
     flags, env, _ = cluster
     done = run_hiera(
         "--workload",
@@ -149,11 +151,13 @@ def test_device_stages_go_to_a_worker_holding_the_accelerator_after_the_build(cl
         "--rounds",
         "1",
         "--population",
-        "2",
+        "3",
         "--set",
         "run.baselines=false",
         "--set",
         "workload.stencil2d.host_n=96",
+        "--set",
+        "executor.ray.device_jobs=2",
         "--set",
         "evaluator.host-run.min_time_s=3",  # each timing outlasts the gap between the round's two builds' ends
         "--set",
@@ -166,19 +170,24 @@ def test_device_stages_go_to_a_worker_holding_the_accelerator_after_the_build(cl
     )
     assert done.returncode == 0, done.stderr
     evaluated = _evaluated(tmp_path / "run")
-    assert len(evaluated) == 3 and all(isinstance(e.evaluation, records.Measured) for e in evaluated)
+    assert len(evaluated) == 4 and all(isinstance(e.evaluation, records.Measured) for e in evaluated)
     assert all({"space-check", "host-compile", "host-run"} <= set(e.stage_s) for e in evaluated)
-    runs = [(e.timeline.stage_at["host-run"], e.timeline.stage_at["host-run"] + e.stage_s["host-run"]) for e in evaluated[1:]]
-    assert max(start for start, _ in runs) < min(end for _, end in runs), runs  # the round's two judges at once on `FAKE`
+    log = [json.loads(line) for line in (tmp_path / "run" / "hiera.log.jsonl").read_text().splitlines()]
+    went = [line for line in log if line["event"] in ("ray_whole_job", "ray_device_stages") and line["accelerator"] == "FAKE"]
+    first = {}  # how each candidate first reached `FAKE`: in its round (the finalists reach it again to be re-measured)
+    for line in went:
+        first.setdefault(line["candidate"], line["event"])
+    whole = [e for e in evaluated[1:] if first[e.candidate.id] == "ray_whole_job"]
+    assert len(whole) == 2 and [first[e.candidate.id] for e in evaluated[1:] if e not in whole] == ["ray_device_stages"]
+    runs = [(e.timeline.stage_at["host-run"], e.timeline.stage_at["host-run"] + e.stage_s["host-run"]) for e in whole]
+    assert max(start for start, _ in runs) < min(end for _, end in runs), runs  # the two judges at once on `FAKE`
     holds = sorted(hold for e in evaluated[1:] for hold in e.timeline.device_held)
     assert holds and all(end <= start for (_, end), (start, _) in itertools.pairwise(holds))  # the lock: one at a time
-    log = [json.loads(line) for line in (tmp_path / "run" / "hiera.log.jsonl").read_text().splitlines()]
-    handed = [line["candidate"] for line in log if line["event"] == "ray_device_stages" and line["accelerator"] == "FAKE"]
     events = RunStore.open(tmp_path / "run").events
     [finished] = [e for e in events if isinstance(e, records.RunFinished)]
     assert isinstance(finished.remeasured, records.Measured)  # the finalists measured again, by the same path
     remeasured = [e.candidate_id for e in events if isinstance(e, records.Remeasured)]
-    assert sorted(handed) == sorted([e.candidate.id for e in evaluated] + remeasured)
+    assert sorted(line["candidate"] for line in went) == sorted([e.candidate.id for e in evaluated] + remeasured)
     assert (tmp_path / "run" / "candidates" / finished.best_candidate_id / "remeasure-1" / "judge.log").is_file()
 
 
