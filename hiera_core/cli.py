@@ -434,12 +434,12 @@ def _eval(args: argparse.Namespace, console: Console) -> int:
     if isinstance(evaluation, StagePassed):  # --compile-only, and every stage before the device passed
         job = evaluation.job
         console.print(f"  built ({job.compile_s:.1f} s); not run: --compile-only", markup=False)
-        for kernel, used in json.loads(job.artifacts.get("resources", "{}")).items():  # as the compiler reported them
+        for kernel, used in (job.built.resources if job.built else {}).items():  # as the compiler reported them
             console.print(
                 f"  {kernel}: {used.get('registers')} registers, {used.get('spill_store_bytes', 0)} bytes spilled", markup=False
             )
         console.print(
-            json.dumps({"candidate": candidate.id, "compile_s": job.compile_s, "artifacts": job.artifacts}, indent=1),
+            json.dumps({"candidate": candidate.id, "compile_s": job.compile_s, "built": to_dict(job.built)}, indent=1),
             markup=False,
         )
         return 0

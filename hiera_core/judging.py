@@ -216,7 +216,7 @@ class StartedJudge:
     candidate is built: it prepares (interpreter, imports, harness, its runner up to `Ready`) while the build runs,
     and only then does anything wait for it.
 
-    `evaluate(job)` copies the built library (`job.artifacts["library"]`) into the judge's scratch folder, waits
+    `evaluate(job)` copies the built library (`job.library`) into the judge's scratch folder, waits
     for `READY`, takes `device_lock`, and sends `go` with the library's path; so neither the start-up nor the build
     holds the device. Each phase has `timeout_s`; at the end of it the whole sandbox is killed. `measured(job,
     judged)` turns the judge's `Judged` into the stage's result; any other answer ends the pipeline. The judge's log
@@ -267,7 +267,7 @@ class StartedJudge:
 
     def evaluate(self, job: Any) -> Any:
         """The stage's result for `job`, whose library is built: the judge's verdict."""
-        answer = self._answer(Path(job.artifacts["library"]))
+        answer = self._answer(job.library)
         return self.measured(job, answer) if isinstance(answer, Judged) else answer
 
     def cancel(self) -> None:

@@ -337,6 +337,20 @@ class Architecture(Protocol):
 
 
 @attrs.frozen(kw_only=True)
+class Built:
+    """What a build stage made of a candidate, for the stages after it."""
+
+    library: Path
+    """The built shared object."""
+    compile_s: float
+    """The build's wall seconds (a cache hit's own, when found in the build cache)."""
+    cache_hit: bool = False
+    """Found in the build cache, not compiled again."""
+    resources: dict[str, dict[str, int]] = attrs.field(factory=dict)
+    """Per kernel, what the compiler reported it uses (registers, shared memory, stack, spills), where it says."""
+
+
+@attrs.frozen(kw_only=True)
 class EvalJob:
     """Everything an evaluator stage needs about one candidate; passed from stage to stage."""
 
@@ -354,9 +368,8 @@ class EvalJob:
     toolchain: dict[str, Any]
     """The architecture's `toolchain()`."""
     roofline: Roofline | None = None
-    artifacts: dict[str, str] = attrs.field(factory=dict)
-    """What earlier stages produced (e.g. `library`: path of the built shared object)."""
-    compile_s: float = 0.0
+    built: Built | None = None
+    """What the build stage made, once it has run."""
     measured: Measured | None = None
     """Set once a stage has measured the candidate; later stages (a profiler) refine it."""
     remeasure: bool = False
@@ -374,6 +387,18 @@ class EvalJob:
     """Evaluated beside the search (a baseline, on an architecture with an accelerator): its device stages take the
     device only while the search's own jobs do not want it (`judging.device_lock`)."""
 
+    @property
+    def library(self) -> Path:
+        """The built shared object (an error before the build stage has run)."""
+        if self.built is None:
+            raise RuntimeError(f"candidate {self.candidate.id} has not been built")
+        return self.built.library
+
+    @property
+    def compile_s(self) -> float:
+        """The build's wall seconds (0 before the build stage has run)."""
+        return self.built.compile_s if self.built else 0.0
+
     def worker_request(self) -> dict[str, Any]:
         """What a process outside the judge (a profiler's target) needs to rebuild the task's harness and load
         the built candidate."""
@@ -383,7 +408,7 @@ class EvalJob:
             "workload_factory": self.workload_factory,
             "workload_config": self.workload_config,
             "task": to_dict(self.task),
-            "library": self.artifacts["library"],
+            "library": str(self.library),
         }
 
 

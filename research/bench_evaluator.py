@@ -104,7 +104,7 @@ def main() -> None:
     started = time.perf_counter()
     hit = stages["cuda-compile"].evaluate(job_for(variant(0), "hit"))
     cache_hit_s = time.perf_counter() - started
-    assert isinstance(hit, StagePassed) and hit.job.artifacts["cache_hit"] == "True"
+    assert isinstance(hit, StagePassed) and hit.job.built is not None and hit.job.built.cache_hit
 
     summary = {
         "gpu": session.arch.hardware()["model"], "date": time.strftime("%Y-%m-%d"), "candidates": args.candidates,

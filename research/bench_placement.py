@@ -50,7 +50,7 @@ def built_library(source_path: Path | None, config, session, out: Path, who: str
     if not isinstance(built, StagePassed):
         print(f"{who}: the source did not build: {built}", file=sys.stderr)
         return None
-    return built.job.artifacts["library"]
+    return str(built.job.library)
 
 
 def main() -> int:

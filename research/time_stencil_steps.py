@@ -48,7 +48,7 @@ def built(session: Session, params: dict, workdir: Path):
     _, result = evaluate_source(session, template.render(params), space="pure_cuda", workdir=workdir, device=False)
     if not isinstance(result, StagePassed):
         raise SystemExit(f"{origin}: {type(result).__name__}: {getattr(result, 'reason', '') or result.log[-3000:]}")
-    return origin, load_candidate(result.job.artifacts["library"])
+    return origin, load_candidate(str(result.job.library))
 
 
 def with_clocks(call):

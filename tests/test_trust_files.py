@@ -103,7 +103,7 @@ HIERA = textwrap.dedent(r"""
     judge = judging.StartedJudge("fake_judge", request, workdir=workdir, timeout_s=timeout_s,
                                  measured=lambda job, judged: judged, memory_bytes=2 << 30,
                                  env_extra={"HIERA_FAKE_ATTACK": attack})
-    result = judge.evaluate(types.SimpleNamespace(artifacts={"library": str(library)}))
+    result = judge.evaluate(types.SimpleNamespace(library=Path(library)))
     print(json.dumps({"record": to_dict(result, JudgeAnswer), "seconds": time.monotonic() - started,
                       "grown_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
 """)
@@ -265,7 +265,7 @@ def fake_ncu(tmp_path, monkeypatch):
             remeasure=False,
             workdir=workdir,
             roofline=None,
-            artifacts={"library": str(workdir / "build" / "candidate.so")},
+            library=workdir / "build" / "candidate.so",
             worker_request=lambda: {"library": "candidate.so"},
         )
         stage = NcuProfile(attrs.evolve(NcuProfileConfig(), ncu=str(ncu), timeout_s=timeout_s))

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import attrs
 
-from hiera_core import EvalJob, StagePassed
+from hiera_core import Built, EvalJob, StagePassed
 from hiera_core.judging import StartedJudge, device_lock, timing_cores
 from hiera_core.records import CompileFailed, Evaluation, Judged, JudgeRequest, Profile, StaticRejected
 from hiera_plugins.cuda import checks
@@ -66,13 +66,7 @@ class CudaCompile:
         return StagePassed(
             job=attrs.evolve(
                 job,
-                artifacts={
-                    **job.artifacts,
-                    "library": str(build.library),
-                    "cache_hit": str(build.cache_hit),
-                    "resources": json.dumps(build.resources),
-                },
-                compile_s=build.seconds,
+                built=Built(library=build.library, compile_s=build.seconds, cache_hit=build.cache_hit, resources=build.resources),
             )
         )
 
@@ -173,7 +167,7 @@ class CudaRun:
         return answer.measured(
             compile_s=job.compile_s,
             profile=fallback_profile("not profiled yet", job, answer.latency_ms),
-            resources=json.loads(job.artifacts.get("resources", "{}")),
+            resources=job.built.resources if job.built else {},
         )
 
 

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import attrs
 
-from hiera_core import EvalJob, StagePassed
+from hiera_core import Built, EvalJob, StagePassed
 from hiera_core.judging import StartedJudge, device_lock
 from hiera_core.records import CompileFailed, Evaluation, Judged, JudgeRequest, Measured, Profile, StaticRejected
 from hiera_core.sandbox import (
@@ -89,7 +89,7 @@ class HostCompile:
             problem = f"the build left more than {4 * self.config.library_mib:.0f} MiB in its folder"
         if problem:
             return CompileFailed(log=problem, compile_s=elapsed)
-        return StagePassed(job=attrs.evolve(job, artifacts={**job.artifacts, "library": str(library)}, compile_s=elapsed))
+        return StagePassed(job=attrs.evolve(job, built=Built(library=library, compile_s=elapsed)))
 
     def _includes(self, job: EvalJob, compiler: list[str], source: Path, allowed: list[str]) -> Evaluation | None:
         """The include graph, checked before the compile: a verdict when the source reaches a file it must not read."""

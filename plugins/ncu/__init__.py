@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import ClassVar
 
 import attrs
@@ -86,7 +85,7 @@ class NcuProfile:
             result = run_sandboxed(
                 command,
                 cwd=job.workdir / "profile",
-                readable=[job.workdir, Path(job.artifacts["library"]).parent],
+                readable=[job.workdir, job.library.parent],
                 timeout_s=self.config.timeout_s,
                 stdin=json.dumps(request),
             )
