@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from hiera_core import __version__, api, hookimpl, protocols
-from hiera_core.config import PLUGIN_TABLES, HieraConfig, structure
+from hiera_core.config import PLUGIN_TABLES, HieraConfig
 from hiera_core.errors import HieraError
 from hiera_core.logging import configure_logging
 from hiera_core.plugins import PluginError, collect, describe_plugins, make_plugin_manager
@@ -465,8 +465,7 @@ def _contracts(args: argparse.Namespace, console: Console) -> int:
     config = _settings(args, workload=args.workload)
     workload_cls = collect(make_plugin_manager(extra_plugins=args.plugins), "workloads").get(args.workload)
     table = config.plugin_tables["workload"].get(args.workload, {})
-    config_class = protocols.optional(workload_cls, "config_class")
-    workload = workload_cls(structure(table, config_class, where=f"[workload.{args.workload}]") if config_class else None)
+    workload = workload_cls(protocols.plugin_config(workload_cls, table, where=f"[workload.{args.workload}]"))
     failed = dict((protocols.optional(workload, "failures") or dict)())
     written = seeded = 0
     for task in workload.tasks():

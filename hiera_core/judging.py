@@ -46,8 +46,7 @@ from typing import Any
 
 import attrs
 
-from hiera_core import sandbox
-from hiera_core.config import structure
+from hiera_core import protocols, sandbox
 from hiera_core.records import (
     BatchOrder,
     CallDone,
@@ -392,8 +391,7 @@ def harness_of(workload_factory: str, workload_config: dict[str, Any], task: Tas
     if root and root not in sys.path:
         sys.path.append(root)
     workload_cls = getattr(importlib.import_module(module), qualname)
-    config = structure(workload_config, workload_cls.config_class, where="judge") if workload_cls.config_class else None
-    return workload_cls(config).harness(task, arch)
+    return workload_cls(protocols.plugin_config(workload_cls, workload_config, where="judge")).harness(task, arch)
 
 
 def stderr_tail(path: Path) -> str:

@@ -22,7 +22,7 @@ import pluggy
 import structlog
 
 from hiera_core import protocols, records, sandbox
-from hiera_core.config import HieraConfig, RunConfig, config_from_table, structure
+from hiera_core.config import HieraConfig, RunConfig, config_from_table
 from hiera_core.errors import HieraError
 from hiera_core.judging import leave_timing_cores, recording_holds
 from hiera_core.plugins import collect, make_plugin_manager
@@ -267,9 +267,7 @@ def rebuild(recipe: Recipe) -> Pipeline:
 
     def build(registry, kind: str, name: str) -> Any:
         cls = registry.get(name)
-        config_class = protocols.optional(cls, "config_class")
-        raw = table.get(kind, {}).get(name, {})
-        return cls(structure(raw, config_class, where=f"[{kind}.{name}]") if config_class else None)
+        return cls(protocols.plugin_config(cls, table.get(kind, {}).get(name), where=f"[{kind}.{name}]"))
 
     arch = build(architectures, "arch", config.run.arch)
     kind = protocols.optional(arch, "kind") or arch.name

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import attrs
 
+from hiera_core.config import ConfigError, structure
 from hiera_core.errors import HieraError
 from hiera_core.records import Candidate, Contract, Evaluation, Measured, Profile, Roofline, SourceLabel, Task
 
@@ -596,3 +597,15 @@ def optional(plugin: Any, member: str) -> Any:
     default where the plugin has none (None for a method): the one place the core asks a plugin for a member its
     protocol does not require."""
     return getattr(plugin, member, _DEFAULTS[member])
+
+
+def plugin_config(cls: type, table: Mapping[str, Any] | None, *, where: str) -> Any:
+    """What the plugin class `cls` is made with: its TOML `table` structured into its `config_class` (one
+    `ConfigError` naming `where` for an unknown key or a wrong value), or None for a plugin that declares none, which
+    takes no table. Every place that makes a plugin from configuration goes through here."""
+    config_class = optional(cls, "config_class")
+    if config_class is None:
+        if table:
+            raise ConfigError(f"{where}: this plugin takes no configuration")
+        return None
+    return structure(table or {}, config_class, where=where)

@@ -9,7 +9,7 @@ import pluggy
 import structlog
 
 from hiera_core import protocols, sandbox
-from hiera_core.config import ConfigError, HieraConfig, RunConfig, structure, unstructure
+from hiera_core.config import ConfigError, HieraConfig, RunConfig, unstructure
 from hiera_core.context import RunContext
 from hiera_core.pipeline import Pipeline, pipeline_for
 from hiera_core.plugins import KINDS, Registry, UnknownName, collect, direction_knowledge, run_defaults
@@ -211,13 +211,7 @@ def _structure_plugin_tables(config: HieraConfig, registries: dict[str, Registry
                 )
         out[table] = {}
         for name, plugin_cls in registry.classes.items():
-            config_class = protocols.optional(plugin_cls, "config_class")
-            if config_class is None:
-                if raw.get(name):
-                    raise ConfigError(f"{prefix}[{table}.{name}]: this plugin takes no configuration")
-                out[table][name] = None
-            else:
-                out[table][name] = structure(raw.get(name, {}), config_class, where=f"{prefix}[{table}.{name}]")
+            out[table][name] = protocols.plugin_config(plugin_cls, raw.get(name), where=f"{prefix}[{table}.{name}]")
     return out
 
 
