@@ -504,7 +504,7 @@ def test_a_baseline_measured_by_an_earlier_run_on_this_machine_is_taken_from_the
 
 
 @pytest.mark.slow  # 5 s or more on the 2-core machine
-def test_a_several_step_task_reports_the_time_per_step(tmp_path):
+def test_a_several_step_task_reports_the_time_and_the_floors_per_step(tmp_path):
     config = load_config(
         tmp_path,
         environ={},
@@ -515,7 +515,13 @@ def test_a_several_step_task_reports_the_time_per_step(tmp_path):
     store = create_run(session, tmp_path / "run")
     best = Engine(session, store).optimize()
     latency = store.evaluated()[best.id].evaluation.latency_ms
-    assert f"amortised over the call's 4 steps: **{latency / 4:.4f} ms per step**" in (tmp_path / "run" / "report.md").read_text()
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert f"amortised over the call's 4 steps: **{latency / 4:.4f} ms per step**" in report
+    roofline = next(e.roofline for e in store.events if isinstance(e, records.RunStarted))
+    assert roofline.bytes_moved == 2 * 8 * 48**2  # the grid read and written once a call, whatever its steps
+    one = roofline.memory_floor_ms
+    assert f"per step: memory floor {one:.4f} ms with one step a launch, {one / 2:.4f} ms with two kept on chip," in report
+    assert f"{one / 4:.4f} ms with all 4; compute floor {roofline.compute_floor_ms / 4:.4f} ms" in report
 
 
 def _measured(template, name, latency, **knobs):

@@ -223,7 +223,7 @@ def test_task_contract_and_work():
     contract = workload.contract(task, "host")
     assert contract.source_filename == "host_source.c"
     assert "int hiera_stencil2d(" in contract.interface and "int hiera_stencil2d(" in contract.files["stencil2d.h"]
-    assert workload.work(task, "host") == (2 * 8 * 512**2 * 2, 2 * 49 * 512**2 * 2)
+    assert workload.work(task, "host") == (2 * 8 * 512**2, 2 * 49 * 512**2 * 2)
     source, seed_params, origin = workload.seed(task, "host")
     assert seed_params == TEMPLATE.defaults() and source == seed_source() and TEMPLATE.name in origin
     with pytest.raises(UnsupportedArchitecture, match="tpu"):

@@ -85,11 +85,12 @@ class Stencil2D:
         return self._side(arch).templates(task)
 
     def work(self, task: Task, arch: str) -> tuple[float, float]:
-        """Minimum traffic (read and write the grid once per step) and flops (one FMA per tap)."""
+        """Minimum traffic: read the grid and write it once a call, whatever its steps (a kernel that keeps every step
+        on chip moves no more; one that reads and writes the grid every step moves `steps` times that); flops: one
+        FMA per tap, point and step."""
         n = self._side(arch).grid(task)
         k = 2 * task.params["radius"] + 1
-        points = n * n * task.params["steps"]
-        return 2.0 * 8 * points, 2.0 * k * k * points
+        return 2.0 * 8 * n * n, 2.0 * k * k * n * n * task.params["steps"]
 
     def baselines(self, task: Task, arch: str) -> list[Baseline]:
         """What users compare against, measured in every run (the GPU side: cuDNN two ways and FFT)."""
