@@ -344,10 +344,10 @@ def write_report(store: RunStore) -> Path:
             lines.append(f"- amortised over the call's {steps} steps: **{shown.latency_ms / steps:.4f} ms per step**")
             if roofline is not None:
                 one = roofline.memory_floor_ms  # the grid read and written once: one launch's traffic
+                two = f" {one / 2:.4f} ms with two kept on chip," if steps > 2 else ""
                 lines.append(
-                    f"- per step: memory floor {one:.4f} ms with one step a launch, {one / 2:.4f} ms with two kept on chip,"
-                    f" {one / steps:.4f} ms with all {steps}; compute floor {roofline.compute_floor_ms / steps:.4f} ms"
-                    f" at {roofline.peak_gflops:.1f} GFLOP/s"
+                    f"- per step: memory floor {one:.4f} ms with one step a launch,{two} {one / steps:.4f} ms with all"
+                    f" {steps} on chip; compute floor {roofline.compute_floor_ms / steps:.4f} ms at {roofline.peak_gflops:.1f} GFLOP/s"
                 )
         lines.append(
             f"- reference: {shown.reference_latency_ms:.3f} ms → speedup over the reference **{shown.speedup_vs_reference:.2f}×**"

@@ -521,7 +521,7 @@ def test_a_several_step_task_reports_the_time_and_the_floors_per_step(tmp_path):
     assert roofline.bytes_moved == 2 * 8 * 48**2  # the grid read and written once a call, whatever its steps
     one = roofline.memory_floor_ms
     assert f"per step: memory floor {one:.4f} ms with one step a launch, {one / 2:.4f} ms with two kept on chip," in report
-    assert f"{one / 4:.4f} ms with all 4; compute floor {roofline.compute_floor_ms / 4:.4f} ms" in report
+    assert f"{one / 4:.4f} ms with all 4 on chip; compute floor {roofline.compute_floor_ms / 4:.4f} ms" in report
 
 
 def _measured(template, name, latency, **knobs):

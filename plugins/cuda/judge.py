@@ -627,11 +627,11 @@ class CudaJudge:
         self.note_memory()
         return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), placed
 
-    def idle(self, wait_s: float = IDLE_WAIT_S) -> bool:
-        """Whether the GPU runs nothing but the judge's work: an idle probe within the limit, within `wait_s` (a
+    def idle(self) -> bool:
+        """Whether the GPU runs nothing but the judge's work: an idle probe within the limit, within `IDLE_WAIT_S` (a
         resident kernel of another context slows every probe for as long as it runs; a context starting, for a
         moment; a hiccup of the judge's own, one probe)."""
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + IDLE_WAIT_S
         while self.probe() > self.probe_limit_ms:
             if time.monotonic() > deadline:
                 return False
