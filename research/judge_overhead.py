@@ -19,9 +19,12 @@ from pathlib import Path
 PHASES = ("buffers", "calibration", "compiled_baseline", "load", "correctness", "timing", "runtime_check")
 
 
-def judged(run: Path) -> tuple[list[tuple[float, dict[str, float]]], dict[str, float]]:
+def trajectory(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "trajectory.jsonl").read_text().splitlines() if line.strip()]
+
+
+def judged(run: Path, events: list[dict]) -> tuple[list[tuple[float, dict[str, float]]], dict[str, float]]:
     """([(seconds held, phases)] of the search's judges, the run's totals)."""
-    events = [json.loads(line) for line in (run / "trajectory.jsonl").read_text().splitlines() if line.strip()]
     start = events[0]["at"]
     totals = {"wall_s": events[-1]["at"] - start, "held_s": 0.0}
     judges = []
@@ -37,10 +40,9 @@ def judged(run: Path) -> tuple[list[tuple[float, dict[str, float]]], dict[str, f
     return judges, totals
 
 
-def rounds(run: Path) -> list[tuple[str, float, float, float]]:
+def rounds(events: list[dict]) -> list[tuple[str, float, float, float]]:
     """[(round, wall s, s to the first device hold, device held s)]: from each round's `candidates_generated` to its
     `round_finished`, and from the last round's end to the run's end for the re-measurement."""
-    events = [json.loads(line) for line in (run / "trajectory.jsonl").read_text().splitlines() if line.strip()]
     spans, start = [], None
     for event in events:
         if event["kind"] == "candidates_generated":
@@ -69,7 +71,8 @@ def spread(values: list[float]) -> str:
 
 def main() -> None:
     for name in sys.argv[1:]:
-        judges, totals = judged(Path(name))
+        events = trajectory(Path(name))
+        judges, totals = judged(Path(name), events)
         print(f"{name}: {len(judges)} search judges; the run's device held {totals['held_s']:.1f} s of {totals['wall_s']:.1f} s")
         print(f"  held        {spread([h for h, _ in judges])}")
         for phase in PHASES:
@@ -78,7 +81,7 @@ def main() -> None:
                 print(f"  {phase:<11} {spread(values)}")
         print(f"  the rest    {spread([h - sum(p.values()) for h, p in judges])}")
         print("  round        wall s  first hold at s  held s")
-        for name, wall, first, held in rounds(Path(name)):
+        for name, wall, first, held in rounds(events):
             print(f"  {name:<12} {wall:6.1f} {first:16.1f} {held:7.1f}")
 
 
