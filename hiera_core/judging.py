@@ -42,7 +42,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -68,6 +68,9 @@ from hiera_core.records import (
 )
 from hiera_core.serialization import from_dict, to_dict
 
+S = TypeVar("S")
+
+
 READY = "hiera-judge-ready"
 """The line a judge prints once it has prepared everything that needs no device; it then waits for `go`."""
 ANSWERED = "hiera-judge-answered"
@@ -80,7 +83,6 @@ STDERR_LINE_CHARS = 240
 REPLY_CHARS = 1 << 24
 """The longest line a runner's reply may be (a batch's reply names every call's figure and output)."""
 _ESCAPES = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-_])")
-
 
 # --- hiera's side --------------------------------------------------------------------------------
 
@@ -443,12 +445,13 @@ class RunnerGone(Exception):
         self.signal = signal
 
 
-def read_request() -> JudgeRequest:
-    """Judge: the request on stdin; from here on nothing without CAP_SYS_PTRACE can read this process, and (as PID 1
-    of its namespace, with no handler of its own) no signal from the candidate's processes reaches it."""
+def read_request(settings: type[S]) -> JudgeRequest[S]:
+    """Judge: the request on stdin, its settings as the architecture's record `settings`; from here on nothing
+    without CAP_SYS_PTRACE can read this process, and (as PID 1 of its namespace, with no handler of its own) no signal
+    from the candidate's processes reaches it."""
     sandbox.make_undumpable()
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Python's handler would let a candidate's SIGINT end the judge
-    return from_dict(json.loads(sys.stdin.readline()), JudgeRequest)
+    return from_dict(json.loads(sys.stdin.readline()), JudgeRequest[settings])  # type: ignore[valid-type]
 
 
 def raise_priority(niceness: int = -10) -> None:

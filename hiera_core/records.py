@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 
@@ -635,8 +635,11 @@ def best_of(events: Sequence[Event]) -> Best | None:
 # --- the judge and its runner (hiera_core.judging): one request, orders and replies, one answer ---------
 
 
+JudgeSettings = TypeVar("JudgeSettings")
+
+
 @attrs.frozen(kw_only=True)
-class JudgeRequest:
+class JudgeRequest(Generic[JudgeSettings]):
     """What hiera asks an architecture's judge: evaluate one candidate of one task (its built library, which only the
     runner loads, comes later, with `go`: the judge starts while the candidate builds)."""
 
@@ -645,8 +648,9 @@ class JudgeRequest:
     workload_config: dict[str, Any]
     task: Task
     remeasure: bool = False
-    settings: dict[str, Any] = attrs.field(factory=dict)
-    """The architecture's evaluation settings (repeats, device, ...), as its run stage's config holds them."""
+    settings: JudgeSettings
+    """The architecture's own record of what its judge is told (its run stage's config and what the job adds); the
+    judge reads it back as that class (`judging.read_request`)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -166,11 +166,12 @@ def _batches(per_call_ms: list[float], calls: int = 10) -> list:
 
 def test_adaptive_timing_stops_when_the_mean_is_known_well_enough():
     from hiera_core.judging import NullBatches
+    from hiera_plugins.cuda.evaluators import CudaRunConfig
     from hiera_plugins.cuda.judge import MIN_BATCHES, timing_done
 
     null = NullBatches(one_ms=[1.0], full_ms=[1.0], calls=10)  # 1 ms of protocol a batch
-    fixed = {"repeats": 100, "adaptive": False, "target_rse": 0.005, "max_repeats": 500, "min_repeats": 3, "timing_budget_s": 2.0}
-    adaptive = {**fixed, "adaptive": True}
+    fixed = CudaRunConfig(repeats=100, target_rse=0.005, max_repeats=500, min_repeats=3, timing_budget_s=2.0)
+    adaptive = attrs.evolve(fixed, adaptive=True)
     steady, noisy = _batches([1.0, 1.001] * 5), _batches([1.0, 2.0] * 5)
 
     def done(batches, timing):
@@ -179,22 +180,16 @@ def test_adaptive_timing_stops_when_the_mean_is_known_well_enough():
     assert not done(steady[:9], fixed) and done(steady, fixed) and done(noisy, fixed)  # 100 calls
     assert done(steady, adaptive) and not done(noisy, adaptive)
     assert done(_batches([1.0, 2.0] * 25), adaptive)  # max_repeats
-    assert not done(steady[: MIN_BATCHES - 1], {**fixed, "repeats": 10})  # never fewer batches than MIN_BATCHES
+    assert not done(steady[: MIN_BATCHES - 1], attrs.evolve(fixed, repeats=10))  # never fewer batches than MIN_BATCHES
 
 
 def test_slow_calls_are_timed_until_the_budget_by_the_judges_clock():
     from hiera_core.judging import NullBatches
+    from hiera_plugins.cuda.evaluators import CudaRunConfig
     from hiera_plugins.cuda.judge import timing_done
 
     null = NullBatches(one_ms=[1.0], full_ms=[1.0], calls=2)
-    timing = {
-        "repeats": 100,
-        "adaptive": False,
-        "target_rse": 0.005,
-        "max_repeats": 1000,
-        "min_repeats": 10,
-        "timing_budget_s": 2.0,
-    }
+    timing = CudaRunConfig(repeats=100, target_rse=0.005, max_repeats=1000, min_repeats=10, timing_budget_s=2.0)
     slow = _batches([120.0] * 9, calls=2)  # stencil2d's conv2d baseline: 2.17 s in 18 calls, two a batch
 
     def done(batches):

@@ -97,7 +97,7 @@ HIERA = textwrap.dedent(r"""
     workdir.mkdir()
     library = workdir / "candidate.so"
     library.write_bytes(b"not really a library")
-    request = JudgeRequest(workload_factory="none:None", workload_config={}, task=Task(workload="w", name="t"))
+    request = JudgeRequest(workload_factory="none:None", workload_config={}, task=Task(workload="w", name="t"), settings=None)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     started = time.monotonic()
     judge = judging.StartedJudge("fake_judge", request, workdir=workdir, timeout_s=timeout_s,

@@ -118,6 +118,20 @@ class CudaRunConfig:
     """Added to that judge's `timeout_s` for the compilation (minutes for a level 3 model)."""
 
 
+@attrs.frozen(kw_only=True)
+class CudaJudgeSettings:
+    """What a cuda judge is told (`JudgeRequest.settings`): its run stage's config and what the job adds."""
+
+    run: CudaRunConfig
+    compile_baseline: bool
+    """Time the reference under `torch.compile` too: the config's `compile_baseline`, on the job that asks for it."""
+    memory_bytes: int
+    reference_ms: float | None
+    """The reference's time measured earlier in the run (None: this judge times it)."""
+    timing_cores: tuple[int, int] | None
+    """(the judge's core, the runner's core) on hiera's machine (`judging.timing_cores`)."""
+
+
 class CudaRun:
     name: ClassVar[str] = "cuda-run"
     config_class: ClassVar[type] = CudaRunConfig
@@ -137,13 +151,13 @@ class CudaRun:
             workload_config=job.workload_config,
             task=job.task,
             remeasure=job.remeasure,
-            settings={
-                **attrs.asdict(self.config),
-                "compile_baseline": compile_baseline,
-                "memory_bytes": memory,
-                "reference_ms": job.reference_ms,
-                "timing_cores": timing_cores(),
-            },
+            settings=CudaJudgeSettings(
+                run=self.config,
+                compile_baseline=compile_baseline,
+                memory_bytes=memory,
+                reference_ms=job.reference_ms,
+                timing_cores=timing_cores(),
+            ),
         )
         timeout_s = self.config.timeout_s + (self.config.compile_baseline_timeout_s if compile_baseline else 0.0)
         return StartedJudge(

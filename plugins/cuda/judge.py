@@ -57,6 +57,7 @@ from hiera_core.records import (
     TimedOut,
 )
 from hiera_plugins.cuda import ipc
+from hiera_plugins.cuda.evaluators import CudaJudgeSettings, CudaRunConfig
 from hiera_plugins.cuda.runner import ColdStart, seeded
 
 ALIGN = 256
@@ -106,32 +107,32 @@ class Failed(Exception):
 
 
 def main() -> None:
-    request = judging.read_request()
+    request = judging.read_request(CudaJudgeSettings)
     s = request.settings
     harness = judging.harness_of(request.workload_factory, request.workload_config, request.task, "cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(1)
-    torch.cuda.set_device(s["device"])
+    torch.cuda.set_device(s.run.device)
     judging.raise_priority()
     runner = judging.Runner(
         "hiera_plugins.cuda.runner",
         scratch=Path.cwd(),
-        args=[str(s["device"])],
-        rlimit_data_bytes=s.get("memory_bytes"),
+        args=[str(s.run.device)],
+        rlimit_data_bytes=s.memory_bytes,
         spin_s=REPLY_SPIN_S,
     )
     torch.cuda.init()
     judge = None
     try:
-        runner.started(timeout_s=s["timeout_s"])
+        runner.started(timeout_s=s.run.timeout_s)
         library = judging.wait_for_go()
-        judging.take_timing_cores(s.get("timing_cores"), runner)
+        judging.take_timing_cores(s.timing_cores, runner)
         judge = CudaJudge(harness, request, runner)
         result = judge.evaluate(library)
     except judging.RunnerGone as exc:
         case = judge.current if judge else judging.STARTUP
-        limit = s["call_timeout_s"] if judge else s["timeout_s"]
+        limit = s.run.call_timeout_s if judge else s.run.timeout_s
         result = TimedOut(limit_s=limit, case=case) if exc.timed_out else runner.crashed(str(exc), case=case, signal=exc.signal)
     except (RuntimeError, TypeError, ValueError) as exc:  # the harness on inputs a candidate broke, a CUDA error
         result = runner.crashed(
@@ -250,10 +251,10 @@ def memory_plan(in_bytes: int, out_bytes: int, working: int, free: int, wanted: 
 
 
 class CudaJudge:
-    def __init__(self, harness: Any, request: JudgeRequest, runner: judging.Runner) -> None:
+    def __init__(self, harness: Any, request: JudgeRequest[CudaJudgeSettings], runner: judging.Runner) -> None:
         self.h, self.request, self.runner = harness, request, runner
         self.s = request.settings
-        self.timeout_s = self.s["call_timeout_s"]
+        self.timeout_s = self.s.run.call_timeout_s
         self.random = secrets.SystemRandom()  # which timed calls are checked: the candidate cannot know
         self.cold_start = ColdStart()
         self.probe_tensor = torch.zeros(1, device="cuda")
@@ -284,7 +285,7 @@ class CudaJudge:
         working = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()  # a reference's own, beyond its inputs
         torch.cuda.empty_cache()  # what the references took goes back to the device: the runner may need it
         free, total = torch.cuda.mem_get_info()
-        plan = memory_plan(in_bytes, out_bytes, working, free, self.s["placements"], total)
+        plan = memory_plan(in_bytes, out_bytes, working, free, self.s.run.placements, total)
         self.memory = {
             "free_at_start_gib": _gib(free),
             "total_gib": _gib(total),
@@ -432,7 +433,7 @@ class CudaJudge:
         null = self.calibrate(sample, timing_reference)
         self.mark("calibration")
         compiled, compiled_note = None, ""
-        if self.request.settings.get("compile_baseline") and hasattr(h, "compiled_baseline"):
+        if self.s.compile_baseline and hasattr(h, "compiled_baseline"):
             try:  # compiled on its first call, in this process: the candidate never shares it
                 compiled = seeded(h.compiled_baseline(), self.call_seed)
                 timed(self.cold_start, lambda: compiled(sample))
@@ -458,7 +459,7 @@ class CudaJudge:
 
         checked = count = busy = 0
         reference_times, compiled_times = [], []
-        budget_ms = s["reference_budget_s"] * 1e3
+        budget_ms = s.run.reference_budget_s * 1e3
 
         def timed_batch(n: int, last: bool) -> judging.TimedBatch:
             """One batch of `n` calls on fresh inputs: every output read by the judge itself, a secret share checked
@@ -467,7 +468,7 @@ class CudaJudge:
             draws = [(self.random.getrandbits(62), h.distributions[(count + k) % len(h.distributions)]) for k in range(n)]
             inputs = [functools.partial(h.make_inputs, timing_case, seed, distribution) for seed, distribution in draws]
             self.current = f"timed calls {count}-{count + n - 1}: a batch on fresh inputs ({judging.describe_call(timing_case, *draws[0])}, ...)"
-            for _attempt in range(s["timing_attempts"] + 1):
+            for _attempt in range(s.run.timing_attempts + 1):
                 paired, _ = self.batch([lambda: sample] * n, timing_reference, null=True)
                 batch, placed = self.batch(inputs, timing_reference)
                 if batch is not None:
@@ -483,7 +484,7 @@ class CudaJudge:
             for k, (_views, target) in enumerate(placed):
                 if not bool(torch.isfinite(target).all()) and target.is_floating_point():
                     raise judging.Wrong(f"timed call {first + k}: non-finite values in its output (never written?)")
-            chosen = {self.random.randrange(n)} | {k for k in range(n) if self.random.random() < s["check_fraction"]}
+            chosen = {self.random.randrange(n)} | {k for k in range(n) if self.random.random() < s.run.check_fraction}
             if last:
                 chosen.add(n - 1)
             for k in sorted(chosen):  # the same inputs again, from their draw: a batch holds no copy of them
@@ -497,11 +498,11 @@ class CudaJudge:
             if self.in_stride + self.out_stride >= LARGE_PLACE_BYTES:
                 torch.cuda.empty_cache()  # a large task's references go back to the device at once
             views_in = [views for views, _ in placed]
-            if s.get("reference_ms") is None and (
-                len(reference_times) < s["min_reference_repeats"] or sum(reference_times) < budget_ms
+            if s.reference_ms is None and (
+                len(reference_times) < s.run.min_reference_repeats or sum(reference_times) < budget_ms
             ):
                 reference_times.extend([self.judge_batch(self.baseline, views_in)] * n)
-            if compiled is not None and (len(compiled_times) < s["min_reference_repeats"] or sum(compiled_times) < budget_ms):
+            if compiled is not None and (len(compiled_times) < s.run.min_reference_repeats or sum(compiled_times) < budget_ms):
                 compiled_times.extend([self.judge_batch(compiled, views_in)] * n)
             return batch
 
@@ -513,7 +514,7 @@ class CudaJudge:
             while True:
                 calls = judging.resized(null, batches, estimate, places=self.place_count)
                 total = sum(b.calls for b in batches) + calls
-                last = timing_done(total, len(batches) + 1, sum(b.wall_ms for b in batches), batches, null, s)
+                last = timing_done(total, len(batches) + 1, sum(b.wall_ms for b in batches), batches, null, s.run)
                 batches.append(timed_batch(calls, last))
                 if last:
                     log = {
@@ -528,15 +529,15 @@ class CudaJudge:
                     print(f"timing: {json.dumps(log)}", file=sys.stderr, flush=True)
                     return batches
 
-        before = device_state(s["device"])
+        before = device_state(s.run.device)
         batches, verdict = judging.timed_series(
             series,
             null,
-            attempts=s["timing_attempts"],
-            tolerance_fraction=s["timer_tolerance"],
-            tolerance_ms=s["timer_tolerance_ms"],
+            attempts=s.run.timing_attempts,
+            tolerance_fraction=s.run.timer_tolerance,
+            tolerance_ms=s.run.timer_tolerance_ms,
         )
-        after = device_state(s["device"])
+        after = device_state(s.run.device)
         self.mark("timing")
         if not verdict.consistent:
             return Rejected(reason=verdict.reason, latency_ms=verdict.latency_ms)
@@ -554,7 +555,7 @@ class CudaJudge:
             latency_p10_ms=verdict.latency_p10_ms,
             latency_p90_ms=verdict.latency_p90_ms,
             repeats=sum(b.calls for b in batches),
-            reference_latency_ms=statistics.median(reference_times) if reference_times else s["reference_ms"],
+            reference_latency_ms=statistics.median(reference_times) if reference_times else s.reference_ms,
             max_abs_error=largest,
             checks=labels,
             timing_bound=verdict.reason + (f"; {busy} batches redone: the GPU was busy after the reply" if busy else ""),
@@ -691,20 +692,20 @@ class CudaJudge:
         return max(0.0, run(function) - run(lambda a: None)) / len(args)
 
 
-def timing_done(total: int, batches: int, walls_ms: float, done: list, null: judging.NullBatches, timing: dict[str, Any]) -> bool:
+def timing_done(total: int, batches: int, walls_ms: float, done: list, null: judging.NullBatches, timing: CudaRunConfig) -> bool:
     """Enough timed calls after the next batch: `MIN_BATCHES` batches at least, and `repeats` calls, or `min_repeats` once the
     batches' wall times (the judge's clock) add up to `timing_budget_s`; when adaptive, until the relative standard
     error of the per-batch figures is below `target_rse` (at most `max_repeats` calls)."""
     if batches < MIN_BATCHES:
         return False
-    if total >= timing["min_repeats"] and walls_ms >= timing["timing_budget_s"] * 1e3:
+    if total >= timing.min_repeats and walls_ms >= timing.timing_budget_s * 1e3:
         return True
-    if total < timing["repeats"]:
+    if total < timing.repeats:
         return False
-    if not timing["adaptive"] or total >= timing["max_repeats"] or len(done) < 3:
+    if not timing.adaptive or total >= timing.max_repeats or len(done) < 3:
         return True
     figures = [(b.wall_ms - null.cost_ms(b.calls)) / b.calls for b in done]
-    return statistics.stdev(figures) / len(figures) ** 0.5 / statistics.mean(figures) < timing["target_rse"]
+    return statistics.stdev(figures) / len(figures) ** 0.5 / statistics.mean(figures) < timing.target_rse
 
 
 if __name__ == "__main__":

@@ -168,6 +168,18 @@ class HostRunConfig:
     marked as disturbed (`Measured.disturbed`), in the report and in the prompts."""
 
 
+@attrs.frozen(kw_only=True)
+class HostJudgeSettings:
+    """What a host judge is told (`JudgeRequest.settings`): its run stage's config and what the job adds."""
+
+    run: HostRunConfig
+    memory_bytes: int
+    reference_ms: float | None
+    """The reference's time measured earlier in the run (None: this judge times it)."""
+    candidate_cores: int
+    """The cores the candidate's space gives it (`architecture.candidate_cores`)."""
+
+
 class HostRun:
     name: ClassVar[str] = "host-run"
     config_class: ClassVar[type] = HostRunConfig
@@ -186,12 +198,12 @@ class HostRun:
             workload_config=job.workload_config,
             task=job.task,
             remeasure=job.remeasure,
-            settings={
-                **attrs.asdict(self.config),
-                "memory_bytes": memory,
-                "reference_ms": job.reference_ms,
-                "candidate_cores": candidate_cores(job.space_rank),
-            },
+            settings=HostJudgeSettings(
+                run=self.config,
+                memory_bytes=memory,
+                reference_ms=job.reference_ms,
+                candidate_cores=candidate_cores(job.space_rank),
+            ),
         )
         limits = CandidateLimits(cores=candidate_cores(job.space_rank), pids=self.config.candidate_pids)
         return StartedJudge(

@@ -42,6 +42,7 @@ from hiera_core.records import (
     Rejected,
     TimedOut,
 )
+from hiera_plugins.host.evaluators import HostJudgeSettings
 
 ALIGN = 64
 CALIBRATION_BATCHES = 9
@@ -99,13 +100,13 @@ def place_bytes(harness: Any, cases: list[dict[str, Any]]) -> int:
 
 
 def main() -> None:
-    request = judging.read_request()
+    request = judging.read_request(HostJudgeSettings)
     harness = judging.harness_of(request.workload_factory, request.workload_config, request.task, "host")
     cases = harness.correctness_cases(request.remeasure)
     largest = place_bytes(harness, [*cases, harness.timing_case(), harness.cache_case()])
-    places = max(1, min(request.settings["max_repeats"], PLACES_BYTES // max(largest, 1)))
+    places = max(1, min(request.settings.run.max_repeats, PLACES_BYTES // max(largest, 1)))
     arena = Arena(largest, places)
-    memory = request.settings.get("memory_bytes")
+    memory = request.settings.memory_bytes
     judging.raise_priority()
     runner = judging.Runner(
         "hiera_plugins.host.runner", scratch=Path.cwd(), args=[str(arena.fd)], pass_fds=[arena.fd], rlimit_data_bytes=memory
@@ -114,12 +115,12 @@ def main() -> None:
     judge.arena_places = places
     started = False
     try:
-        runner.started(timeout_s=request.settings["timeout_s"])
+        runner.started(timeout_s=request.settings.run.timeout_s)
         started = True
         result = judge.evaluate(judging.wait_for_go())
     except judging.RunnerGone as exc:
         case, limit = (
-            (judge.current, request.settings["call_timeout_s"]) if started else (judging.STARTUP, request.settings["timeout_s"])
+            (judge.current, request.settings.run.call_timeout_s) if started else (judging.STARTUP, request.settings.run.timeout_s)
         )
         result = TimedOut(limit_s=limit, case=case) if exc.timed_out else runner.crashed(str(exc), case=case, signal=exc.signal)
     finally:
@@ -128,10 +129,10 @@ def main() -> None:
 
 
 class Judge:
-    def __init__(self, harness: Any, request: JudgeRequest, runner: judging.Runner, arena: Arena) -> None:
+    def __init__(self, harness: Any, request: JudgeRequest[HostJudgeSettings], runner: judging.Runner, arena: Arena) -> None:
         self.harness, self.request, self.runner, self.arena = harness, request, runner, arena
         self.settings = request.settings
-        self.timeout_s = self.settings["call_timeout_s"]
+        self.timeout_s = self.settings.run.call_timeout_s
         self.random = secrets.SystemRandom()  # which timed calls are checked: the candidate cannot know
         self.current = ""
         self.clock_parts: list[list[float]] = []
@@ -243,7 +244,7 @@ class Judge:
                 if not np.all(np.isfinite(out)):
                     raise judging.Wrong(f"timed call {first + k}: non-finite values in its output (never written?)")
             chosen = {self.random.randrange(len(inputs))} | {
-                k for k in range(len(inputs)) if self.random.random() < s["check_fraction"]
+                k for k in range(len(inputs)) if self.random.random() < s.run.check_fraction
             }
             if last:
                 chosen.add(len(inputs) - 1)
@@ -251,7 +252,7 @@ class Judge:
                 views, out = placed[k]
                 self.check(f"timed call {first + k} (fresh inputs)", timing_case, inputs[k], views, out)
                 checked += 1
-            if s.get("reference_ms") is None and len(reference_times) < s["reference_repeats"]:
+            if s.reference_ms is None and len(reference_times) < s.run.reference_repeats:
                 t0 = time.perf_counter()
                 h.reference(timing_case, inputs[-1])
                 reference_times.append((time.perf_counter() - t0) * 1e3)
@@ -259,7 +260,7 @@ class Judge:
 
         warm = timed(fresh(min(2, self.arena_places)), last=False)  # the estimate that sizes the first batch; not a figure
         estimate = max((warm.wall_ms - null.cost_ms(warm.calls)) / warm.calls, 1e-3)
-        places = min(self.arena_places, max(1, s["max_repeats"] // 4))
+        places = min(self.arena_places, max(1, s.run.max_repeats // 4))
         load = judging.OtherLoad(self.runner.process.pid)
 
         def series() -> list[judging.TimedBatch]:
@@ -268,8 +269,8 @@ class Judge:
             while True:
                 calls = judging.resized(null, batches, estimate, places=places)
                 total = sum(b.calls for b in batches) + calls
-                last = total + calls > s["max_repeats"] or (
-                    total >= s["min_repeats"] and len(batches) >= 4 and sum(b.wall_ms for b in batches) / 1e3 >= s["min_time_s"]
+                last = total + calls > s.run.max_repeats or (
+                    total >= s.run.min_repeats and len(batches) >= 4 and sum(b.wall_ms for b in batches) / 1e3 >= s.run.min_time_s
                 )
                 batches.append(timed(fresh(calls), last))
                 if last:
@@ -278,14 +279,14 @@ class Judge:
         batches, verdict = judging.timed_series(
             series,
             null,
-            attempts=s["timing_attempts"],
-            tolerance_fraction=s["timer_tolerance"],
-            tolerance_ms=s["timer_tolerance_ms"],
+            attempts=s.run.timing_attempts,
+            tolerance_fraction=s.run.timer_tolerance,
+            tolerance_ms=s.run.timer_tolerance_ms,
         )
         print(f"timing: {json.dumps({'clock_parts': self.clock_parts})}", file=sys.stderr, flush=True)  # `judging.clock_part`s
         other_cores = load.cores()
         latency = verdict.latency_ms
-        busy = other_cores is not None and other_cores >= s["busy_cores"]
+        busy = other_cores is not None and other_cores >= s.run.busy_cores
         if not verdict.consistent and not busy:
             return Rejected(reason=verdict.reason, latency_ms=latency)
         # on a busy machine the judge's clock holds other processes' time and the runner's timer does not: the figure
@@ -305,7 +306,7 @@ class Judge:
             self.check(f"cache-size call {k}", cache_case, inputs, views, out)
             cache_runs.append((reply.in_process_ms, reply.cpu_ms))
         cache_wall = statistics.median(w for w, _ in cache_runs)
-        cores = s.get("candidate_cores") or len(os.sched_getaffinity(0))
+        cores = s.candidate_cores or len(os.sched_getaffinity(0))
         disturbed = ""
         if busy:
             disturbed = (
@@ -317,7 +318,7 @@ class Judge:
             latency_p10_ms=verdict.latency_p10_ms,
             latency_p90_ms=verdict.latency_p90_ms,
             repeats=sum(b.calls for b in batches),
-            reference_latency_ms=statistics.median(reference_times) if reference_times else s["reference_ms"],
+            reference_latency_ms=statistics.median(reference_times) if reference_times else s.reference_ms,
             max_abs_error=largest,
             checks=checks,
             timing_bound=verdict.reason,
