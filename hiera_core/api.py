@@ -43,7 +43,7 @@ from hiera_core.plugins import PluginError, collect, make_plugin_manager
 from hiera_core.protocols import AnswerPending, BackendUnusable, StagePassed
 from hiera_core.report import CallCosts, agent_costs
 from hiera_core.session import DeviceMissing, Session
-from hiera_core.store import MANIFEST, RunStore
+from hiera_core.store import MANIFEST, RunDirError, RunStore
 
 
 class SettingsError(HieraError, TypeError):
@@ -194,15 +194,23 @@ def resume(run_dir: str | Path, *, plugins: Iterable[Any] = (), entry_points: bo
     """Continue a run from its directory; nothing recorded is redone (a finished run only re-reads). Where the run's
     architecture cannot run (a CPU machine for a cuda run), the steps that need no device go on (answers read, plans
     and candidates made, from the hardware and toolchain the run recorded) up to the next evaluation: then
-    `AwaitingDevice`."""
+    `AwaitingDevice`. A device of another model than the run's (an H200 for a run measured on an H100) is refused
+    (`RunDirError`): a run's figures compare only on one device."""
     store = RunStore.open(Path(run_dir))
     pm = _plugin_manager(plugins, entry_points)
     config = config_from_table(tables_in_use(store.manifest.config, store, pm), source=f"{run_dir}/{MANIFEST}")
     try:
-        return optimize(Session.create(config, pm), store)
+        run_session = Session.create(config, pm)
     except DeviceMissing as missing:
         run_session = Session.create(config, pm, device=False, recorded_hardware=store.manifest.hardware)
         return optimize(run_session, store, device_missing=str(missing))
+    recorded, here = store.manifest.hardware.get("model"), run_session.arch.hardware().get("model")
+    if recorded != here:
+        raise RunDirError(
+            f"{run_dir} was measured on {recorded} and this machine's {run_session.arch_name} device is {here}: a run's"
+            " figures compare only on one device, so it goes on where that device is (or, to plan, where none is)"
+        )
+    return optimize(run_session, store)
 
 
 def optimize(run_session: Session, store: RunStore, *, device_missing: str = "") -> RunResult:

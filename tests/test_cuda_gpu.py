@@ -187,6 +187,8 @@ def test_one_call_is_profiled_with_nsight_compute(tmp_path):
     assert profile.source == "ncu" and profile.unavailable is None
     for signal in ("branch_uniformity", "achieved_occupancy", "grid_fill", "sector_efficiency", "pipe_utilization"):
         assert 0.0 <= profile.signals[signal] <= 1.0
+    assert (tmp_path / "seed-False" / "ncu.log").is_file()  # the profiler's log stays in the record
+    assert not (tmp_path / "seed-False" / "profile").exists()  # its scratch (~2 MB of ncu's own files) does not
 
 
 def test_hiera_eval_prints_the_record_of_a_hand_written_kernel(tmp_path):

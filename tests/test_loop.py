@@ -77,6 +77,14 @@ def test_a_killed_run_resumes_without_evaluating_anything_twice(tmp_path):
     before = _evaluated(tmp_path / "run")
     assert 4 <= len(before) < 10
 
+    manifest = tmp_path / "run" / "manifest.json"  # measured on another machine's CPU: its figures would not compare
+    recorded = manifest.read_text()
+    manifest.write_text(recorded.replace(json.loads(recorded)["hardware"]["model"], "Another CPU 9000"))
+    elsewhere = run_hiera("resume", "run", cwd=tmp_path)
+    assert elsewhere.returncode == 2 and "was measured on Another CPU 9000" in elsewhere.stderr
+    assert len(elsewhere.stderr.strip().splitlines()) == 1 and len(_evaluated(tmp_path / "run")) == len(before)
+    manifest.write_text(recorded)
+
     done = run_hiera("resume", "run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     after = _evaluated(tmp_path / "run")

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from hiera_core.judging import device_lock
 from hiera_core.source_rules import admitted, violation
 from hiera_plugins.cuda.checks import ALLOWED_OPS, HACKS, SOURCE_RULES
 
@@ -141,9 +142,11 @@ class CudaArchitecture:
 
     @functools.cache  # noqa: B019 -- one architecture object a process; its peaks are measured once
     def peaks(self, dtype: str) -> tuple[float, float]:
-        """Device copy bandwidth and the best GEMM rate for `dtype`, measured in a fresh process."""
+        """Device copy bandwidth and the best GEMM rate for `dtype`, measured in a fresh process that holds the GPU's
+        lock: several runs of a suite start side by side, and a measurement beside a judge's timing slows both."""
         code = _PEAKS.format(device=self.config.device, dtype=dtype)
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+        with device_lock(gpu_lock_name(self.config.device)):
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
         gbps, gflops = json.loads(out.stdout.strip().splitlines()[-1])
         return gbps, gflops
 

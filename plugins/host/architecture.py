@@ -14,7 +14,12 @@ from typing import Any, ClassVar
 
 import attrs
 
+from hiera_core.judging import device_lock
 from hiera_core.source_rules import SourceRule, admitted, violation
+
+TIMING_LOCK = "host-cpu"
+"""One candidate is timed at a time on this machine, whatever the executor's concurrency: a lock across threads and
+processes (an executor's workers are processes), the GPU lock's counterpart (`hiera_core.judging.device_lock`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -150,7 +155,8 @@ class HostArchitecture:
 
     @functools.cache  # noqa: B019 -- one architecture object a process; its peaks are measured once
     def peaks(self, dtype: str) -> tuple[float, float]:
-        """Copy bandwidth and FP64 FMA rate over all cores, measured by a small C program."""
+        """Copy bandwidth and FP64 FMA rate over all cores, measured by a small C program that holds the timing lock:
+        several runs of a suite start side by side, and a measurement beside a judge's timing slows both."""
         if dtype != "float64":
             raise ValueError(f"the host architecture measures float64 peaks only, not {dtype}")
         with tempfile.TemporaryDirectory(prefix="hiera-peaks-") as tmp:
@@ -158,7 +164,8 @@ class HostArchitecture:
             source.write_text(resources.files(__package__).joinpath("peaks.c").read_text())
             binary = Path(tmp) / "peaks"
             subprocess.run([self.config.cc, *self.config.cflags, str(source), "-o", str(binary)], check=True)
-            out = subprocess.run([str(binary)], check=True, capture_output=True, text=True, timeout=120).stdout
+            with device_lock(TIMING_LOCK):
+                out = subprocess.run([str(binary)], check=True, capture_output=True, text=True, timeout=120).stdout
         gbps, gflops = (float(x) for x in out.split())
         return gbps, gflops
 

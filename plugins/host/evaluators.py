@@ -29,11 +29,7 @@ from hiera_core.sandbox import (
     run_sandboxed,
     search_folders,
 )
-from hiera_plugins.host.architecture import candidate_cores, cpu_cores
-
-TIMING_LOCK = "host-cpu"
-"""One candidate is timed at a time on this machine, whatever the executor's concurrency: a lock across threads and
-processes (an executor's workers are processes), the GPU lock's counterpart (`hiera_core.judging.device_lock`)."""
+from hiera_plugins.host.architecture import TIMING_LOCK, candidate_cores, cpu_cores
 
 
 @attrs.frozen(kw_only=True)

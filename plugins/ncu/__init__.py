@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from typing import ClassVar
 
@@ -81,14 +82,18 @@ class NcuProfile:
             nvtx_range=range_name,
             max_kernels=self.config.max_kernels,
         )
-        with device_lock(gpu_lock_name(self.config.device)):
-            result = run_sandboxed(
-                command,
-                cwd=job.workdir / "profile",
-                readable=[job.workdir, job.library.parent],
-                timeout_s=self.config.timeout_s,
-                stdin=json.dumps(request),
-            )
+        scratch = job.workdir / "profile"
+        try:
+            with device_lock(gpu_lock_name(self.config.device)):
+                result = run_sandboxed(
+                    command,
+                    cwd=scratch,
+                    readable=[job.workdir, job.library.parent],
+                    timeout_s=self.config.timeout_s,
+                    stdin=json.dumps(request),
+                )
+        finally:  # ncu's own files (its section files, ~2 MB, under HOME) and the runner's: none is the record's
+            shutil.rmtree(scratch, ignore_errors=True)
         (job.workdir / "ncu.log").write_text(result.stdout[-200_000:] + result.stderr[-20_000:])
         problem = "ncu timed out" if result.timed_out else profile.permission_problem(result.stdout + result.stderr)
         kernels = [] if problem else profile.parse_ncu_csv(result.stdout)
