@@ -177,7 +177,11 @@ def test_a_task_with_gigabytes_of_inputs_is_judged_within_the_gpus_memory(tmp_pa
     [task] = w.tasks()
     output = verdicts_of(tmp_path, "1_RMSNorm_large", {"seed": w.seed(task, "cuda")[0]})["seed"]
     assert '"kind": "measured"' in output, output
-    conditions = json.loads(output[output.index("{") : output.rindex("}") + 1])["evaluation"]["conditions"]
+    evaluation = json.loads(output[output.index("{") : output.rindex("}") + 1])["evaluation"]
+    conditions = evaluation["conditions"]
     print({k: v for k, v in conditions.items() if k.startswith("memory_")})
+    # the seed makes the reference's own calls: neither is timed paying for memory the other finds allocated (on an
+    # H100, 2026-12-06, level 1's seeds read 1.04-1.31x faster than their references while the reference paid)
+    assert 0.95 < evaluation["reference_latency_ms"] / evaluation["latency_ms"] < 1.05, evaluation
     assert conditions["memory_places"] >= 1
     assert conditions["memory_device_used_peak_gib"] < conditions["memory_total_gib"]

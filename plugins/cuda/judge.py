@@ -677,8 +677,13 @@ class CudaJudge:
 
     def judge_batch(self, function, views_in: list[dict[str, BufferView]]) -> float:
         """Milliseconds a call of `function` (trusted: a reference) takes by the same rule as the candidate's: back to
-        back on the batch's places, after an L2 flush, by this process's clock, less the same loop with no call."""
+        back on the batch's places, after an L2 flush, by this process's clock, less the same loop with no call. One
+        untimed call first: a large task's references give their memory back to the device between batches, and the
+        candidate's calls find theirs in its runner's allocator, so without it the reference alone would pay for
+        allocating its output and intermediates (gigabytes on KernelBench's level 1: its seeds read 1.04-1.31x faster
+        than the very calls they are made of, on an H100, 2026-12-06)."""
         args = [[self._array(self.inputs_arena, v[str(i)]) for i in range(len(v))] for v in views_in]
+        function(args[0])
 
         def run(call) -> float:
             self.cold_start.flush.zero_()
