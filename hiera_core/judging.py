@@ -42,7 +42,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 
@@ -56,6 +56,7 @@ from hiera_core.records import (
     JudgeAnswer,
     Judged,
     JudgeRequest,
+    JudgeSettings,
     Loaded,
     LoadOrder,
     Order,
@@ -67,9 +68,6 @@ from hiera_core.records import (
     TimedOut,
 )
 from hiera_core.serialization import from_dict, to_dict
-
-S = TypeVar("S")
-
 
 READY = "hiera-judge-ready"
 """The line a judge prints once it has prepared everything that needs no device; it then waits for `go`."""
@@ -445,7 +443,7 @@ class RunnerGone(Exception):
         self.signal = signal
 
 
-def read_request(settings: type[S]) -> JudgeRequest[S]:
+def read_request(settings: type[JudgeSettings]) -> JudgeRequest[JudgeSettings]:
     """Judge: the request on stdin, its settings as the architecture's record `settings`; from here on nothing
     without CAP_SYS_PTRACE can read this process, and (as PID 1 of its namespace, with no handler of its own) no signal
     from the candidate's processes reaches it."""
