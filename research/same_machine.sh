@@ -3,8 +3,9 @@
 # timings compare only on the same machine. On the device, with `.dev` carried:
 #
 #   here:   mkdir -p .dev/before && git archive COMMIT | tar x -C .dev/before
-#   there:  source .whl/setup-device.sh && bash research/same_machine.sh .dev/before 440
+#   there:  source .whl/setup-device.sh && bash research/same_machine.sh .dev/before 440 [after|before]
 #
+# With a third argument only that run (on an H200 the two do not fit one call: two calls back to back).
 # Each run under `timeout -s INT LIMIT`; into $OUT: NAME-stdout.txt (its last line: wall seconds and the GPU),
 # NAME-report.md, NAME-judge-overhead.txt (research/judge_overhead.py) and NAME-run.tgz, NAME = after, before.
 # The other commit is installed in place of this one and checked to be the one imported (on 2026-12-06 an
@@ -12,6 +13,7 @@
 set -u
 BEFORE=$1
 LIMIT=$2
+ONLY=${3:-}
 
 case_study() {  # NAME
     rm -rf ~/.cache/hiera "/tmp/case/$1"
@@ -35,7 +37,9 @@ install() {  # FOLDER: installed and imported from there, or the script stops
     esac
 }
 
-case_study after
-install "$BEFORE"
-case_study before
-install .
+[ "$ONLY" = before ] || case_study after
+if [ "$ONLY" != after ]; then
+    install "$BEFORE"
+    case_study before
+    install .
+fi

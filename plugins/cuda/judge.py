@@ -65,8 +65,8 @@ PLACEMENT_BYTES = 64 * 2**30
 """At most this much GPU memory (and half the GPU's) for the places of a timed batch (each place's inputs and output,
 and the runner's output of its call): a task whose buffers are larger gets fewer places (one, if one alone is larger)."""
 OTHERS_FRACTION = 0.1
-"""The share of the GPU's memory a judge's places leave to the other processes on it: the judges and runners that
-start beside it, each with a device context (~0.5 GiB), and a profiler's. On an 80 GB H100 (2026-12-06) the case
+"""The share of the GPU's memory a judge's places leave to the other processes on it, counting what they hold already:
+the judges and runners that start beside it, each with a device context (~0.5 GiB), and a profiler's. On an 80 GB H100 (2026-12-06) the case
 study's judges took 64 GiB of places and kept ~5 GiB free: the references of 7 of 24 ran out of memory."""
 LARGE_PLACE_BYTES = 2**30
 """A place at least this large (inputs and output) makes the judge hand its references' memory back to the device
@@ -223,15 +223,20 @@ class MemoryPlan:
     why: str = ""
 
 
-def memory_plan(in_bytes: int, out_bytes: int, working: int, free: int, wanted: int, total: int = 0) -> MemoryPlan:
+def memory_plan(
+    in_bytes: int, out_bytes: int, working: int, free: int, wanted: int, total: int = 0, others_use: int = 0
+) -> MemoryPlan:
     """Places for inputs of `in_bytes` and an output of `out_bytes` (`wanted` at most, within `PLACEMENT_BYTES`) in the
     `free` bytes of the GPU, beside what the evaluation needs outside them: a check's fresh inputs and its reference
     (`working`: what computing one took beyond its inputs, its FP64 output included), the candidate's own working
     memory (half as much: an FP32 forward's intermediates, which the runner's allocator keeps while the judge checks),
     PyTorch's baseline output and the comparison's chunks. On a GPU of `total` bytes (0: not said), the places take
-    half of it at most, and `OTHERS_FRACTION` of it is left to the other processes on it. A place is its inputs and
-    output here and the runner's output of its call."""
-    others, cap = int(OTHERS_FRACTION * total), min(PLACEMENT_BYTES, total // 2 or PLACEMENT_BYTES)
+    half of it at most, and the other processes on it keep `OTHERS_FRACTION` of it, counting the `others_use` bytes they
+    hold already (four runs' judges on an 80 GB H100 left one another too little for KernelBench level 1 task 20,
+    when what they held was left to them a second time). A place is its inputs and output here and the runner's
+    output of its call."""
+    others = max(0, int(OTHERS_FRACTION * total) - others_use)
+    cap = min(PLACEMENT_BYTES, total // 2 or PLACEMENT_BYTES)
     in_stride = _aligned(max(in_bytes, ALIGN), PLACE_ALIGN) + STAGGER
     out_stride = _aligned(max(out_bytes, ALIGN), PLACE_ALIGN)
     per_place = in_stride + 2 * out_stride
@@ -245,7 +250,7 @@ def memory_plan(in_bytes: int, out_bytes: int, working: int, free: int, wanted: 
             f"one place ({_gib(per_place)} GiB: inputs {_gib(in_bytes)}, the output twice {_gib(2 * out_bytes)})"
             f" beside {_gib(reserve)} GiB for a check (fresh inputs, the reference's {_gib(working)} GiB of working"
             f" memory, the candidate's half as much) is more than the {_gib(free)} GiB free"
-            + (f" less {_gib(others)} GiB left to other processes" if others else ""),
+            + (f" less {_gib(others)} GiB more left to other processes" if others else ""),
         )
     return MemoryPlan(min(fits, max(1, min(wanted, cap // per_place))), in_stride, out_stride)
 
@@ -285,10 +290,12 @@ class CudaJudge:
         working = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()  # a reference's own, beyond its inputs
         torch.cuda.empty_cache()  # what the references took goes back to the device: the runner may need it
         free, total = torch.cuda.mem_get_info()
-        plan = memory_plan(in_bytes, out_bytes, working, free, self.s.run.placements, total)
+        others_use = max(0, total - free - torch.cuda.memory_reserved())  # this process's context counts as theirs
+        plan = memory_plan(in_bytes, out_bytes, working, free, self.s.run.placements, total, others_use)
         self.memory = {
             "free_at_start_gib": _gib(free),
             "total_gib": _gib(total),
+            "others_use_gib": _gib(others_use),
             "reference_working_gib": _gib(working),
             "places": plan.places,
         }
