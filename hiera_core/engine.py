@@ -188,7 +188,10 @@ class Engine:
         beside = self.session.pipeline.accelerator is not None and not self.device_missing
         with self._beside_the_search(baselines if beside else []):
             self._evaluate_round(0, self._generated(0, self._seed_batch), baselines=[] if beside else baselines)
-            for round_ in range(1, self.run.rounds + 1):
+            too_large = next((e for _, e in self.history if isinstance(e, records.Crashed) and e.task_too_large), None)
+            if too_large is not None:
+                log.error("task_too_large", reason=too_large.reason)  # no candidate of it can be judged on this device
+            for round_ in range(1, 0 if too_large else self.run.rounds + 1):
                 self.round = round_
                 structlog.contextvars.bind_contextvars(round=round_)
                 self._profile_parents()

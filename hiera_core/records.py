@@ -148,6 +148,10 @@ class Crashed:
     stderr_tail: str = ""
     """The last lines the candidate's process wrote to stderr, bounded and reduced to printable text
     (`hiera_core.judging.stderr_tail`); what it wrote is the candidate's, untrusted."""
+    task_too_large: bool = False
+    """The judge stopped before loading the candidate: the task's buffers and checks need more memory than the device
+    has even with nothing else on it. No candidate of the task can be judged there, and the run ends after its
+    initial candidate (a task that only lacked room beside other processes is not that)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -670,3 +670,39 @@ def test_an_on_demand_profiler_runs_only_on_the_parents_planning_reads_and_a_res
     seen = list(Counters.seen)
     optimize()
     assert Counters.seen == seen
+
+
+class TooLarge:
+    """A first stage that finds no room for the task on the device, as the cuda judge does before loading a candidate
+    when the task's buffers outgrow the whole GPU."""
+
+    name, config_class, arch, order = "too-large", None, "host", 5
+
+    def __init__(self, config):
+        pass
+
+    def evaluate(self, job):
+        return records.Crashed(reason="the task does not fit in the GPU's memory: ...", task_too_large=True)
+
+
+class TooLargePlugin:
+    @hookimpl
+    def hiera_register_evaluators(self):
+        return [TooLarge]
+
+
+def test_a_task_too_large_for_the_device_ends_after_its_initial_candidate_with_the_reason(tmp_path):
+    """No candidate of a task the device cannot hold can be judged: nobody is asked to plan or write one."""
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"arch": "host", "rounds": 2, "population": 2},
+        overrides=["workload.stencil2d.host_n=48", "run.remeasure=false", "run.baselines=false"],
+    )
+    session = Session.create(config, make_plugin_manager(extra_plugins=[TooLargePlugin()]))
+    store = create_run(session, tmp_path / "run")
+    assert Engine(session, store).optimize() is None
+    evaluated = [e for e in store.events if isinstance(e, records.CandidateEvaluated)]
+    assert len(evaluated) == 1 and evaluated[0].evaluation.task_too_large
+    assert not any(isinstance(e, records.PlanMade | records.AgentCalled) for e in store.events)
+    assert "does not fit in the GPU's memory" in (tmp_path / "run" / "report.md").read_text()

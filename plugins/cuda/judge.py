@@ -300,9 +300,11 @@ class CudaJudge:
             "places": plan.places,
         }
         if plan.places == 0:
+            alone = memory_plan(in_bytes, out_bytes, working, free + others_use, self.s.run.placements, total)
             return Crashed(
                 reason=f"the task does not fit in the GPU's memory: {plan.why}",
                 case="the judge's buffers, before the candidate was loaded",
+                task_too_large=alone.places == 0,
             )
         self.place_count, self.in_stride, self.out_stride = plan.places, plan.in_stride, plan.out_stride
         self.place_index = 0
