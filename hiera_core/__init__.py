@@ -34,8 +34,8 @@ from hiera_core.protocols import (
     UnsupportedArchitecture,
     Workload,
 )
-from hiera_core.source_rules import SourceRule, admitted, violation
 from hiera_core.store import RunDirError
+from hiera_judge.source_rules import SourceRule, admitted, violation
 
 __version__ = "0.1.0"
 

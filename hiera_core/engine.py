@@ -23,7 +23,7 @@ import attrs
 import pluggy
 import structlog
 
-from hiera_core import agents, baseline_cache, peaks, protocols, records, sandbox
+from hiera_core import agents, baseline_cache, peaks, protocols, records
 from hiera_core.config import ConfigError
 from hiera_core.pipeline import SPACE_CHECK, Evaluated
 from hiera_core.plugins import PluginError, collect
@@ -33,6 +33,7 @@ from hiera_core.report import write_report
 from hiera_core.serialization import evaluation_to_json
 from hiera_core.session import TABLE_KIND, Session
 from hiera_core.store import RunStore, new_run_id, write_text_atomic
+from hiera_judge import sandbox
 
 log = structlog.get_logger(__name__)
 

@@ -21,15 +21,16 @@ import attrs
 import pluggy
 import structlog
 
-from hiera_core import protocols, records, sandbox
+from hiera_core import protocols, records
 from hiera_core.config import HieraConfig, RunConfig, config_from_table
 from hiera_core.errors import HieraError
-from hiera_core.judging import leave_timing_cores, recording_holds
 from hiera_core.plugins import collect, make_plugin_manager
 from hiera_core.protocols import Architecture, EvalJob, Evaluator, StagePassed
 from hiera_core.records import Evaluation, Measured
 from hiera_core.serialization import from_dict, to_dict
 from hiera_core.store import write_text_atomic
+from hiera_judge import sandbox
+from hiera_judge.judging import leave_timing_cores, recording_holds
 
 log = structlog.get_logger(__name__)
 

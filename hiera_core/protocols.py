@@ -319,7 +319,7 @@ class Architecture(Protocol):
 
     def check_source(self, source: str, rank: int) -> str | None:
         """Return why `source` breaks the rules of a space of `rank` on this architecture (what a space of that
-        rank does not admit here: `hiera_core.source_rules`), or None. Called before compiling."""
+        rank does not admit here: `hiera_judge.source_rules`), or None. Called before compiling."""
         ...
 
     def hardware(self) -> dict[str, Any]:
@@ -433,7 +433,7 @@ class Evaluator(Protocol):
     An optional `start(job)` starts the stage's slow preparation (a judge's interpreter, imports, its runner) at
     once, before the stages ahead of it run, and returns an object whose `evaluate(job)` then finishes the stage as
     `evaluate` would and whose `cancel()` ends it when an earlier stage ends the pipeline. The pipeline calls it,
-    for the stages that will run, as a job's evaluation begins (`hiera_core.judging.StartedJudge`: a judge starts
+    for the stages that will run, as a job's evaluation begins (`hiera_judge.judging.StartedJudge`: a judge starts
     while its candidate builds).
     """
 

@@ -18,14 +18,15 @@ class SchemaMismatch(ValueError):
     """A file on disk was written by a hiera with another record schema."""
 
 
-def _tag(cls: type) -> str:
+def tag(cls: type) -> str:
+    """A record's `kind` in a tagged union: its class name in snake case."""
     return "".join("_" + ch.lower() if ch.isupper() else ch for ch in cls.__name__).lstrip("_")
 
 
 @functools.cache
 def get_converter() -> cattrs.Converter:
     converter = cattrs.Converter(forbid_extra_keys=True)
-    configure_tagged_union(records.Evaluation, converter, tag_name="kind", tag_generator=_tag)
+    configure_tagged_union(records.Evaluation, converter, tag_name="kind", tag_generator=tag)
     optional = records.Evaluation | None
     converter.register_structure_hook(
         optional, lambda data, _: None if data is None else converter.structure(data, cast(Any, records.Evaluation))
@@ -33,9 +34,7 @@ def get_converter() -> cattrs.Converter:
     converter.register_unstructure_hook(
         optional, lambda value: None if value is None else converter.unstructure(value, records.Evaluation)
     )
-    configure_tagged_union(records.Event, converter, tag_name="kind", tag_generator=_tag)
-    for union in (records.JudgeAnswer, records.Order, records.Reply):
-        configure_tagged_union(union, converter, tag_name="kind", tag_generator=_tag)
+    configure_tagged_union(records.Event, converter, tag_name="kind", tag_generator=tag)
     return converter
 
 

@@ -8,7 +8,7 @@ import attrs
 import pluggy
 import structlog
 
-from hiera_core import protocols, sandbox
+from hiera_core import protocols
 from hiera_core.config import ConfigError, HieraConfig, RunConfig, unstructure
 from hiera_core.context import RunContext
 from hiera_core.pipeline import Pipeline, pipeline_for
@@ -24,6 +24,7 @@ from hiera_core.protocols import (
     Workload,
 )
 from hiera_core.records import Task
+from hiera_judge import sandbox
 
 log = structlog.get_logger(__name__)
 

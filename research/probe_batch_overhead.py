@@ -16,7 +16,7 @@ import torch
 
 from cuda import ipc
 from cuda.runner import Runner, view
-from hiera_core.records import BatchOrder, BufferView, CallOrder, Order, Reply
+from hiera_judge.messages import BatchOrder, BufferView, CallOrder, Order, Reply
 from hiera_core.serialization import from_dict, to_dict
 
 N, PLACE = 256, 4 << 20

@@ -13,11 +13,11 @@ import pytest
 from hiera_core import records
 from hiera_core.config import load_config
 from hiera_core.engine import evaluate_source
-from hiera_core.judging import NullBatches, TimedBatch, batch_length, resized, timed_series, timing_verdict
 from hiera_core.pipeline import implausible
 from hiera_core.plugins import make_plugin_manager
-from hiera_core.sandbox import protection
 from hiera_core.session import Session
+from hiera_judge.judging import NullBatches, TimedBatch, batch_length, resized, timed_series, timing_verdict
+from hiera_judge.sandbox import protection
 
 SECRET = "sk-hiera-adversarial-0123456789"
 HEAD = "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"

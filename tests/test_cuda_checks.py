@@ -17,7 +17,7 @@ from gpu_tasks import SEEDS, TinyOps
 
 from hiera_core import EvalJob
 from hiera_core.records import Candidate
-from hiera_core.source_rules import violation
+from hiera_judge.source_rules import violation
 from hiera_plugins.cuda import checks
 from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig, find_cuda_home
 from hiera_plugins.cuda.build import build_candidate, compiler_errors
@@ -159,13 +159,13 @@ def test_without_the_contract_the_candidate_writes_the_binding():
 
 
 def _batches(per_call_ms: list[float], calls: int = 10) -> list:
-    from hiera_core.judging import TimedBatch
+    from hiera_judge.judging import TimedBatch
 
     return [TimedBatch(calls=calls, wall_ms=1.0 + calls * t, in_process_ms=[t] * calls) for t in per_call_ms]
 
 
 def test_adaptive_timing_stops_when_the_mean_is_known_well_enough():
-    from hiera_core.judging import NullBatches
+    from hiera_judge.judging import NullBatches
     from hiera_plugins.cuda.evaluators import CudaRunConfig
     from hiera_plugins.cuda.judge import MIN_BATCHES, timing_done
 
@@ -184,7 +184,7 @@ def test_adaptive_timing_stops_when_the_mean_is_known_well_enough():
 
 
 def test_slow_calls_are_timed_until_the_budget_by_the_judges_clock():
-    from hiera_core.judging import NullBatches
+    from hiera_judge.judging import NullBatches
     from hiera_plugins.cuda.evaluators import CudaRunConfig
     from hiera_plugins.cuda.judge import timing_done
 

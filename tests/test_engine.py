@@ -447,7 +447,7 @@ def test_on_an_accelerator_the_baselines_are_judged_beside_the_search_not_before
 
 
 def test_a_background_holder_takes_the_device_after_every_waiting_search_job(tmp_path, monkeypatch):
-    from hiera_core import judging
+    from hiera_judge import judging
 
     monkeypatch.setattr(judging.tempfile, "gettempdir", lambda: str(tmp_path))
     order, held = [], threading.Event()

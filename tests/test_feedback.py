@@ -217,11 +217,11 @@ def test_a_call_that_raises_leaves_its_backtrace_in_the_runner_s_log():
     import subprocess
     import sys
 
-    from hiera_core.records import Order, StartBatch
     from hiera_core.serialization import to_dict
+    from hiera_judge.messages import Order, StartBatch
 
     code = (
-        "from hiera_core import judging\n"
+        "from hiera_judge import judging\n"
         "def candidate_call(order):\n    raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
         "judging.serve(candidate_call)\n"
     )

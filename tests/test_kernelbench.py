@@ -14,7 +14,7 @@ from conftest import run_hiera
 from hiera_core import NoSeed
 from hiera_core.cli import main
 from hiera_core.plugins import collect, make_plugin_manager
-from hiera_core.source_rules import violation
+from hiera_judge.source_rules import violation
 from hiera_plugins.cuda.checks import SOURCE_RULES, hack_in_source
 from hiera_plugins.spaces import LibrariesPytorch
 from hiera_workloads.kernelbench.workload import KernelBench, KernelBenchConfig

@@ -8,8 +8,8 @@ import pytest
 from llm_chat_server import ChatServer, Reply
 
 from hiera_core import records
-from hiera_core.sandbox import candidate_environment
 from hiera_core.store import RunStore
+from hiera_judge.sandbox import candidate_environment
 from hiera_workloads.stencil2d.host import HostStencilTemplate
 
 KEY_VAR = "HIERA_TEST_LLM_KEY"

@@ -261,7 +261,7 @@ def test_a_candidate_timed_while_other_processes_keep_the_cores_busy_is_marked_a
 
 
 def test_on_eight_cores_or_more_the_judge_that_holds_the_device_and_its_runner_get_two_cores_of_their_own():
-    from hiera_core import judging
+    from hiera_judge import judging
 
     assert judging.timing_cores(range(16)) == (14, 15) and judging.timing_cores([0, 2, 5, 7, 9, 11, 12, 13]) == (12, 13)
     assert judging.timing_cores(range(4)) is None  # a small machine: every process shares every core
@@ -288,7 +288,7 @@ def test_on_eight_cores_or_more_the_judge_that_holds_the_device_and_its_runner_g
 
 
 def test_the_runner_s_cgroup_holds_every_thread_it_starts_to_the_runner_s_timing_core():
-    from hiera_core import sandbox
+    from hiera_judge import sandbox
 
     kind = sandbox.protection().cgroup
     if kind is None or not sandbox.protection().cores_limit:
@@ -355,7 +355,7 @@ def test_the_machine_s_peaks_are_measured_only_while_no_judge_times():
     timing lock, instead of slowing it (on an H100, 2026-12-06, a reference timed beside them read 17.7 ms for 10.5)."""
     import threading
 
-    from hiera_core.judging import device_lock
+    from hiera_judge.judging import device_lock
     from hiera_plugins.host.architecture import TIMING_LOCK, HostArchitecture, HostConfig
 
     arch = HostArchitecture(HostConfig())

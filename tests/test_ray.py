@@ -291,9 +291,10 @@ def test_a_plugin_passed_as_an_object_cannot_travel_to_a_worker_and_says_so(tmp_
 
 def test_a_worker_whose_sandbox_holds_less_than_the_runs_machine_evaluates_nothing(tmp_path, monkeypatch):
     """The manifest says what the sandbox held; a worker where it holds less must not make that untrue."""
-    from hiera_core import api, sandbox
+    from hiera_core import api
     from hiera_core.engine import candidate_id, new_job
     from hiera_core.pipeline import decode_answer, evaluate_elsewhere
+    from hiera_judge import sandbox
 
     session = api.session(api.settings(workload="stencil2d", arch="host", executor="ray"))
     contract, toolchain = session.workload.contract(session.task, "host"), session.arch.toolchain()

@@ -14,7 +14,7 @@ import pytest
 from hiera_core import EvalJob
 from hiera_core.protocols import Template
 from hiera_core.records import Candidate
-from hiera_core.source_rules import violation
+from hiera_judge.source_rules import violation
 from hiera_plugins.cuda import checks
 from hiera_plugins.cuda.architecture import CudaArchitecture, CudaConfig, find_cuda_home
 from hiera_plugins.spaces import CudaLibraries, LibrariesPytorch, PureCuda

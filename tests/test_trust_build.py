@@ -21,8 +21,8 @@ from hiera_core import EvalJob, records
 from hiera_core.config import load_config
 from hiera_core.engine import evaluate_source
 from hiera_core.plugins import make_plugin_manager
-from hiera_core.sandbox import library_problem, run_sandboxed
 from hiera_core.session import Session
+from hiera_judge.sandbox import library_problem, run_sandboxed
 
 MARKER = "hiera-outside-secret-7f3a9c"
 """The content of every outside file a candidate tries to read: it must appear in no verdict and no log."""

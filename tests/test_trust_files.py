@@ -20,9 +20,10 @@ import types
 
 import pytest
 
-from hiera_core import judging, sandbox
-from hiera_core.records import Crashed, JudgeAnswer, TimedOut
+from hiera_core.records import Crashed, TimedOut
 from hiera_core.serialization import from_dict
+from hiera_judge import judging, sandbox
+from hiera_judge.messages import JudgeAnswer
 
 SECRET = "sk-hiera-trust-files-0123456789abcdef"
 
@@ -86,8 +87,9 @@ HIERA = textwrap.dedent(r"""
     import json, resource, sys, time, types
     from pathlib import Path
     import attrs
-    from hiera_core import judging, sandbox
-    from hiera_core.records import JudgeAnswer, JudgeRequest, Task
+    from hiera_judge import judging, sandbox
+    from hiera_core.records import Task
+    from hiera_judge.messages import JudgeAnswer, JudgeRequest
     from hiera_core.serialization import to_dict
 
     attack, workdir, timeout_s, namespace = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "pid"

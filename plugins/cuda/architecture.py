@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import attrs
 
-from hiera_core.judging import device_lock
-from hiera_core.source_rules import admitted, violation
+from hiera_judge.judging import device_lock
+from hiera_judge.source_rules import admitted, violation
 from hiera_plugins.cuda.checks import ALLOWED_OPS, HACKS, SOURCE_RULES
 
 
@@ -224,7 +224,7 @@ def library_include_paths(cuda_home: Path | None) -> list[str]:
 
 
 def gpu_lock_name(device: int) -> str:
-    """The name of the lock of the `device`-th GPU this process sees (`hiera_core.judging.device_lock`): the machine's
+    """The name of the lock of the `device`-th GPU this process sees (`hiera_judge.judging.device_lock`): the machine's
     own index or UUID of it, from CUDA_VISIBLE_DEVICES when that is set. An executor's worker holding one GPU sees it
     as device 0 (Ray sets CUDA_VISIBLE_DEVICES to it), so workers on two GPUs of one machine take two locks."""
     visible = [entry.strip() for entry in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if entry.strip()]

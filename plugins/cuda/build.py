@@ -33,9 +33,10 @@ from typing import Any
 
 import attrs
 
+import hiera_core
 from hiera_core import EvalJob
 from hiera_core.records import content_id
-from hiera_core.sandbox import (
+from hiera_judge.sandbox import (
     COMPILER_FILE_BYTES,
     COMPILER_LOG_BYTES,
     LISTING_MEMORY_BYTES,
@@ -138,7 +139,8 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
         }
         env = {"CUDA_HOME": job.toolchain["cuda_home"], "TORCH_CUDA_ARCH_LIST": job.toolchain["arch_list"], "MAX_JOBS": "2"}
         seen = [
-            Path(__file__).parents[1],
+            Path(__file__).parents[1],  # this module's packages, which it imports in the sandbox
+            Path(hiera_core.__file__).parent,
             Path(job.toolchain["cuda_home"]),
             *map(Path, request["include_paths"]),
             *([shared.parent] if linked else []),

@@ -12,7 +12,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from hiera_core.source_rules import SourceRule
+from hiera_judge.source_rules import SourceRule
 
 SOURCE_RULES = [
     SourceRule(r"\bcublas\w*\s*\(|#\s*include\s*[<\"]cublas", "cuBLAS", 1),

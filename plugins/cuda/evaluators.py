@@ -10,8 +10,9 @@ from typing import ClassVar
 import attrs
 
 from hiera_core import Built, EvalJob, StagePassed
-from hiera_core.judging import StartedJudge, device_lock, timing_cores
-from hiera_core.records import CompileFailed, Evaluation, Judged, JudgeRequest, Profile, StaticRejected
+from hiera_core.records import CompileFailed, Evaluation, Profile, StaticRejected
+from hiera_judge.judging import StartedJudge, device_lock, timing_cores
+from hiera_judge.messages import Judged, JudgeRequest
 from hiera_plugins.cuda import checks
 from hiera_plugins.cuda.architecture import gpu_lock_name
 from hiera_plugins.cuda.build import build_candidate, compiler_errors

@@ -39,22 +39,19 @@ import attrs
 import torch
 from torch.multiprocessing.reductions import reduce_tensor
 
-from hiera_core import judging
-from hiera_core.records import (
+from hiera_core.records import Crashed, Incorrect, Rejected, TimedOut
+from hiera_judge import judging
+from hiera_judge.messages import (
     AttachOrder,
     BatchDone,
     BatchOrder,
     BufferView,
     CallFailed,
     CallOrder,
-    Crashed,
-    Incorrect,
     JudgeAnswer,
     Judged,
     JudgeRequest,
     Loaded,
-    Rejected,
-    TimedOut,
 )
 from hiera_plugins.cuda import ipc
 from hiera_plugins.cuda.evaluators import CudaJudgeSettings, CudaRunConfig

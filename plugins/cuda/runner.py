@@ -22,8 +22,10 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hiera_core import judging
-from hiera_core.records import (
+from hiera_core.records import Task
+from hiera_core.serialization import from_dict
+from hiera_judge import judging
+from hiera_judge.messages import (
     AttachOrder,
     BatchDone,
     BatchOrder,
@@ -37,9 +39,7 @@ from hiera_core.records import (
     Prepared,
     Reply,
     StartBatch,
-    Task,
 )
-from hiera_core.serialization import from_dict
 from hiera_plugins.cuda import ipc
 
 FLUSH_BYTES = 256 * 2**20

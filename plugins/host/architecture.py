@@ -14,12 +14,12 @@ from typing import Any, ClassVar
 
 import attrs
 
-from hiera_core.judging import device_lock
-from hiera_core.source_rules import SourceRule, admitted, violation
+from hiera_judge.judging import device_lock
+from hiera_judge.source_rules import SourceRule, admitted, violation
 
 TIMING_LOCK = "host-cpu"
 """One candidate is timed at a time on this machine, whatever the executor's concurrency: a lock across threads and
-processes (an executor's workers are processes), the GPU lock's counterpart (`hiera_core.judging.device_lock`)."""
+processes (an executor's workers are processes), the GPU lock's counterpart (`hiera_judge.judging.device_lock`)."""
 
 
 @attrs.frozen(kw_only=True)

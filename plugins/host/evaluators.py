@@ -12,9 +12,10 @@ from typing import ClassVar
 import attrs
 
 from hiera_core import Built, EvalJob, StagePassed
-from hiera_core.judging import StartedJudge, device_lock
-from hiera_core.records import CompileFailed, Evaluation, Judged, JudgeRequest, Measured, Profile, StaticRejected
-from hiera_core.sandbox import (
+from hiera_core.records import CompileFailed, Evaluation, Measured, Profile, StaticRejected
+from hiera_judge.judging import StartedJudge, device_lock
+from hiera_judge.messages import Judged, JudgeRequest
+from hiera_judge.sandbox import (
     COMPILER_LOG_BYTES,
     LISTING_MEMORY_BYTES,
     SANDBOX_FAILED,

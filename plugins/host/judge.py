@@ -28,20 +28,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from hiera_core import judging
-from hiera_core.records import (
-    BatchDone,
-    BatchOrder,
-    BufferView,
-    CallFailed,
-    CallOrder,
-    Incorrect,
-    JudgeAnswer,
-    Judged,
-    JudgeRequest,
-    Rejected,
-    TimedOut,
-)
+from hiera_core.records import Incorrect, Rejected, TimedOut
+from hiera_judge import judging
+from hiera_judge.messages import BatchDone, BatchOrder, BufferView, CallFailed, CallOrder, JudgeAnswer, Judged, JudgeRequest
 from hiera_plugins.host.evaluators import HostJudgeSettings
 
 ALIGN = 64

@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
-from hiera_core import judging
-from hiera_core.records import (
+from hiera_judge import judging
+from hiera_judge.messages import (
     BatchDone,
     BatchOrder,
     BufferView,

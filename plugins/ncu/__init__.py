@@ -12,9 +12,9 @@ import attrs
 
 from hiera_core import EvalJob, StagePassed, hookimpl
 from hiera_core.config import ConfigError
-from hiera_core.judging import device_lock
 from hiera_core.records import Evaluation
-from hiera_core.sandbox import describe_exit, run_sandboxed, runner_command
+from hiera_judge.judging import device_lock
+from hiera_judge.sandbox import describe_exit, run_sandboxed, runner_command
 from hiera_plugins.cuda.architecture import gpu_lock_name
 from hiera_plugins.ncu import profile
 

@@ -2,7 +2,7 @@
 
 hiera starts `unshare` (new PID, mount, network and IPC namespaces; the whole namespace is killed when
 `unshare` dies, and `unshare` dies with hiera) inside a cgroup (memory and process limits), with an
-environment that holds no secret. Inside, `python -m hiera_core.sandbox` makes every mount read-only
+environment that holds no secret. Inside, `python -m hiera_judge.sandbox` makes every mount read-only
 except the directories the job may write, gives /dev/shm a private tmpfs, and execs the command: a
 compiler, or a judge. A judge keeps its capabilities and never loads candidate code; it starts the
 process that does (the runner) through `runner_command`: no capabilities, no_new_privs, a memory rlimit,
@@ -29,11 +29,12 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import attrs
 
-from hiera_core.records import Protection
+if TYPE_CHECKING:
+    from hiera_core.records import Protection
 
 PASSED_VARIABLES = frozenset(
     {
@@ -100,6 +101,8 @@ def describe_exit(returncode: int) -> str:
 @functools.cache
 def protection() -> Protection:
     """Which protections hold on this machine (probed once per process, by starting a real sandbox)."""
+    from hiera_core.records import Protection  # not at the top: `confine` runs where only this package is visible
+
     missing: list[str] = []
     namespaces = shutil.which("unshare") is not None and _try_namespaces(missing)
     setpriv = shutil.which("setpriv") is not None
@@ -144,7 +147,7 @@ def _try_namespaces(missing: list[str]) -> bool:
                 *_unshare_prefix(),
                 sys.executable,
                 "-m",
-                "hiera_core.sandbox",
+                "hiera_judge.sandbox",
                 str(probe),
                 "--",
                 sys.executable,
@@ -477,7 +480,7 @@ def _start(
             *_unshare_prefix(),
             sys.executable,
             "-m",
-            "hiera_core.sandbox",
+            "hiera_judge.sandbox",
             *([] if under_tmp else ["--private-tmp"]),
             *[str(p) for p in (scratch, *writable)],
             "--",
@@ -605,7 +608,7 @@ def runner_command(command: Sequence[str], *, sealed: Sequence[str] = ()) -> lis
             "private",
             sys.executable,
             "-m",
-            "hiera_core.sandbox",
+            "hiera_judge.sandbox",
             "--read-only",
             *sealed,
             "--",
@@ -833,7 +836,7 @@ def confined(command: Sequence[str], *, memory_bytes: int | None, file_bytes: in
     return [
         sys.executable,
         "-c",
-        "import sys; from hiera_core.sandbox import confine; confine(sys.argv[1:])",
+        "import sys; from hiera_judge.sandbox import confine; confine(sys.argv[1:])",
         json.dumps(spec),
         "--",
         *command,

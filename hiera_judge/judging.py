@@ -46,13 +46,14 @@ from typing import Any
 
 import attrs
 
-from hiera_core import protocols, sandbox
-from hiera_core.records import (
+from hiera_core import protocols
+from hiera_core.records import Crashed, Evaluation, Task, TimedOut
+from hiera_core.serialization import from_dict, to_dict
+from hiera_judge import sandbox
+from hiera_judge.messages import (
     BatchOrder,
     CallDone,
     CallFailed,
-    Crashed,
-    Evaluation,
     JudgeAnswer,
     Judged,
     JudgeRequest,
@@ -64,10 +65,7 @@ from hiera_core.records import (
     Ready,
     Reply,
     StartBatch,
-    Task,
-    TimedOut,
 )
-from hiera_core.serialization import from_dict, to_dict
 
 READY = "hiera-judge-ready"
 """The line a judge prints once it has prepared everything that needs no device; it then waits for `go`."""
