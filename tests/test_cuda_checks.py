@@ -236,6 +236,10 @@ def test_calls_rotate_over_places_of_their_own_within_the_gpus_free_memory():
     task_20 = (6 * gib, 6 * gib, 25 * gib, int(71.5 * gib), 1)  # 67.5 GiB for one place and a check
     assert memory_plan(*task_20, total=int(79.2 * gib), others_use=int(7.2 * gib)).places == 1
     assert memory_plan(*task_20, total=int(79.2 * gib)).places == 0  # had they held nothing, 7.92 GiB more is theirs
+    # short of room beside others is not too large for the GPU: only a task that would not fit on an empty one ends its run
+    crowded = memory_plan(6 * gib, 6 * gib, 25 * gib, int(50 * gib), 1, total=int(79.2 * gib), others_use=int(28 * gib))
+    assert crowded.places == 0 and not crowded.too_large
+    assert short.too_large and too_large.too_large
 
 
 def test_outputs_are_compared_in_chunks_with_the_same_verdict():

@@ -218,6 +218,8 @@ class MemoryPlan:
     in_stride: int
     out_stride: int
     why: str = ""
+    too_large: bool = False
+    """Not even one place would fit were the other processes' memory free too (`Crashed.task_too_large`)."""
 
 
 def memory_plan(
@@ -240,6 +242,7 @@ def memory_plan(
     reserve = in_bytes + working + working // 2 + out_bytes + 2 * COMPARE_CHUNK * 8
     fits = max(0, free - others - reserve) // per_place
     if fits == 0:
+        alone = max(0, free + others_use - int(OTHERS_FRACTION * total) - reserve) // per_place
         return MemoryPlan(
             0,
             in_stride,
@@ -248,6 +251,7 @@ def memory_plan(
             f" beside {_gib(reserve)} GiB for a check (fresh inputs, the reference's {_gib(working)} GiB of working"
             f" memory, the candidate's half as much) is more than the {_gib(free)} GiB free"
             + (f" less {_gib(others)} GiB more left to other processes" if others else ""),
+            too_large=alone == 0,
         )
     return MemoryPlan(min(fits, max(1, min(wanted, cap // per_place))), in_stride, out_stride)
 
@@ -297,11 +301,10 @@ class CudaJudge:
             "places": plan.places,
         }
         if plan.places == 0:
-            alone = memory_plan(in_bytes, out_bytes, working, free + others_use, self.s.run.placements, total)
             return Crashed(
                 reason=f"the task does not fit in the GPU's memory: {plan.why}",
                 case="the judge's buffers, before the candidate was loaded",
-                task_too_large=alone.places == 0,
+                task_too_large=plan.too_large,
             )
         self.place_count, self.in_stride, self.out_stride = plan.places, plan.in_stride, plan.out_stride
         self.place_index = 0
