@@ -32,19 +32,11 @@ class JudgeRequest(Generic[JudgeSettings]):
 
 @attrs.frozen(kw_only=True)
 class Judged:
-    """The judge's measurement of a candidate it found correct on every check."""
+    """The judge's answer for a candidate it found correct on every check: the measurement as the run records it, and
+    what the judge saw that only the stages after it read."""
 
-    latency_ms: float
-    latency_p10_ms: float
-    latency_p90_ms: float
-    repeats: int
-    reference_latency_ms: float
-    max_abs_error: float
-    checks: list[str] = attrs.field(factory=list)
-    timing_bound: str = ""
-    """How the judge's clock bounded the in-process timing."""
-    reference_engine: str = ""
-    """What computed the references (the harness's `reference_engine`)."""
+    measurement: Measured
+    """The figures as the judge took them; the stages after the judge add what they know (`record`)."""
     checked_timed_calls: int = 0
     """Timed calls (on fresh inputs) whose outputs the judge compared, chosen in secret."""
     metrics: dict[str, float] = attrs.field(factory=dict)
@@ -52,34 +44,18 @@ class Judged:
     kernels: list[str] = attrs.field(factory=list)
     """GPU kernels one call ran, as the runner's profiler saw them (the runtime space check reads them)."""
     aten_ops: list[str] = attrs.field(factory=list)
-    compiled_reference_latency_ms: float | None = None
-    compiled_reference_note: str = ""
-    disturbed: str = ""
-    """What disturbed the timing (`Measured.disturbed`)."""
-    conditions: dict[str, float] = attrs.field(factory=dict)
-    """The machine's state around the timed calls (`Measured.conditions`)."""
 
-    def measured(
+    def record(
         self, *, compile_s: float, profile: Profile | None, resources: dict[str, dict[str, int]] | None = None
     ) -> Measured:
         """The evaluation record of this verdict, with what the other stages knew (build time, profile, ...)."""
-        return Measured(
-            latency_ms=self.latency_ms,
-            latency_p10_ms=self.latency_p10_ms,
-            latency_p90_ms=self.latency_p90_ms,
-            repeats=self.repeats,
-            reference_latency_ms=self.reference_latency_ms,
-            max_abs_error=self.max_abs_error,
-            checks=[*self.checks, f"{self.checked_timed_calls} timed calls on fresh inputs"],
+        m = self.measurement
+        return attrs.evolve(
+            m,
+            checks=[*m.checks, f"{self.checked_timed_calls} timed calls on fresh inputs"],
             compile_s=compile_s,
             profile=profile,
-            timing_bound=self.timing_bound,
-            reference_engine=self.reference_engine,
             resources=resources or {},
-            compiled_reference_latency_ms=self.compiled_reference_latency_ms,
-            compiled_reference_note=self.compiled_reference_note,
-            disturbed=self.disturbed,
-            conditions=self.conditions,
         )
 
 

@@ -57,8 +57,8 @@ ATTACKS = {
     # forged answers: the verdict line hiera once read from the candidate's process, plausible and not
     "forged-verdict-plausible": (
         candidate(
-            r'forge("{\"kind\": \"judged\", \"latency_ms\": 1.5, \"latency_p10_ms\": 1.5, \"latency_p90_ms\": 1.5, \"repeats\": 9,'
-            r' \"reference_latency_ms\": 60.0, \"max_abs_error\": 0.0}\n"); _exit(0);',
+            r'forge("{\"kind\": \"judged\", \"measurement\": {\"latency_ms\": 1.5, \"latency_p10_ms\": 1.5,'
+            r' \"latency_p90_ms\": 1.5, \"repeats\": 9, \"reference_latency_ms\": 60.0, \"max_abs_error\": 0.0}}\n"); _exit(0);',
             FORGE,
         ),
         ("crashed",),

@@ -179,9 +179,9 @@ class CudaRun:
         violation = checks.runtime_space_violation(answer.kernels, answer.aten_ops, job.space_rank)
         if violation:
             return StaticRejected(reason=f"{job.candidate.space}: {violation}")
-        return answer.measured(
+        return answer.record(
             compile_s=job.compile_s,
-            profile=fallback_profile("not profiled yet", job, answer.latency_ms),
+            profile=fallback_profile("not profiled yet", job, answer.measurement.latency_ms),
             resources=job.built.resources if job.built else {},
         )
 

@@ -39,7 +39,7 @@ import attrs
 import torch
 from torch.multiprocessing.reductions import reduce_tensor
 
-from hiera_core.records import Crashed, Incorrect, Rejected, TimedOut
+from hiera_core.records import Crashed, Incorrect, Measured, Rejected, TimedOut
 from hiera_judge import judging
 from hiera_judge.messages import (
     AttachOrder,
@@ -560,28 +560,30 @@ class CudaJudge:
         self.mark("runtime_check")
         print(f"phases: {json.dumps(self.phases)}", file=sys.stderr, flush=True)
         return Judged(
-            latency_ms=verdict.latency_ms,
-            latency_p10_ms=verdict.latency_p10_ms,
-            latency_p90_ms=verdict.latency_p90_ms,
-            repeats=sum(b.calls for b in batches),
-            reference_latency_ms=statistics.median(reference_times) if reference_times else s.reference_ms,
-            max_abs_error=largest,
-            checks=labels,
-            timing_bound=verdict.reason + (f"; {busy} batches redone: the GPU was busy after the reply" if busy else ""),
-            reference_engine=getattr(h, "reference_engine", ""),
+            measurement=Measured(
+                latency_ms=verdict.latency_ms,
+                latency_p10_ms=verdict.latency_p10_ms,
+                latency_p90_ms=verdict.latency_p90_ms,
+                repeats=sum(b.calls for b in batches),
+                reference_latency_ms=statistics.median(reference_times) if reference_times else s.reference_ms,
+                max_abs_error=largest,
+                checks=labels,
+                timing_bound=verdict.reason + (f"; {busy} batches redone: the GPU was busy after the reply" if busy else ""),
+                reference_engine=getattr(h, "reference_engine", ""),
+                compiled_reference_latency_ms=statistics.median(compiled_times) if compiled_times else None,
+                compiled_reference_note=compiled_note,
+                conditions={
+                    **{f"{k}_start": v for k, v in before.items()},
+                    **{f"{k}_end": v for k, v in after.items()},
+                    "batch_calls": batches[-1].calls,
+                    "protocol_ms_per_batch": round(null.cost_ms(batches[-1].calls), 4),
+                    "in_process_ms": round(statistics.median(statistics.fmean(b.in_process_ms) for b in batches), 6),
+                    **{f"memory_{k}": v for k, v in self.memory.items()},
+                },
+            ),
             checked_timed_calls=checked,
             kernels=reply.kernels,
             aten_ops=reply.aten_ops,
-            compiled_reference_latency_ms=statistics.median(compiled_times) if compiled_times else None,
-            compiled_reference_note=compiled_note,
-            conditions={
-                **{f"{k}_start": v for k, v in before.items()},
-                **{f"{k}_end": v for k, v in after.items()},
-                "batch_calls": batches[-1].calls,
-                "protocol_ms_per_batch": round(null.cost_ms(batches[-1].calls), 4),
-                "in_process_ms": round(statistics.median(statistics.fmean(b.in_process_ms) for b in batches), 6),
-                **{f"memory_{k}": v for k, v in self.memory.items()},
-            },
         )
 
     # --- timed batches ----------------------------------------------------------------------------

@@ -219,7 +219,7 @@ class HostRun:
         return self.start(job).evaluate(job)
 
     def _measured(self, job: EvalJob, answer: Judged) -> Measured:
-        latency = answer.latency_ms
+        latency = answer.measurement.latency_ms
         metrics = dict(answer.metrics)
         signals = {
             "parallel_utilization": min(1.0, metrics["cpu_utilization_fraction"]),
@@ -240,7 +240,7 @@ class HostRun:
         profile = Profile(
             source="host-timer", metrics=metrics, signals={k: round(v, 4) for k, v in signals.items()}, findings=findings
         )
-        return answer.measured(compile_s=job.compile_s, profile=profile)
+        return answer.record(compile_s=job.compile_s, profile=profile)
 
 
 def _findings(signals: dict[str, float], metrics: dict[str, float]) -> list[str]:

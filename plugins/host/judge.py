@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from hiera_core.records import Incorrect, Rejected, TimedOut
+from hiera_core.records import Incorrect, Measured, Rejected, TimedOut
 from hiera_judge import judging
 from hiera_judge.messages import BatchDone, BatchOrder, BufferView, CallFailed, CallOrder, JudgeAnswer, Judged, JudgeRequest
 from hiera_plugins.host.evaluators import HostJudgeSettings
@@ -303,18 +303,20 @@ class Judge:
                 " timed" + ("" if verdict.consistent else "; the runner's timer disagreed with the judge's clock")
             )
         return Judged(
-            latency_ms=latency,
-            latency_p10_ms=verdict.latency_p10_ms,
-            latency_p90_ms=verdict.latency_p90_ms,
-            repeats=sum(b.calls for b in batches),
-            reference_latency_ms=statistics.median(reference_times) if reference_times else s.reference_ms,
-            max_abs_error=largest,
-            checks=checks,
-            timing_bound=verdict.reason,
-            reference_engine=getattr(h, "reference_engine", ""),
+            measurement=Measured(
+                latency_ms=latency,
+                latency_p10_ms=verdict.latency_p10_ms,
+                latency_p90_ms=verdict.latency_p90_ms,
+                repeats=sum(b.calls for b in batches),
+                reference_latency_ms=statistics.median(reference_times) if reference_times else s.reference_ms,
+                max_abs_error=largest,
+                checks=checks,
+                timing_bound=verdict.reason,
+                reference_engine=getattr(h, "reference_engine", ""),
+                disturbed=disturbed,
+                conditions={"other_load_cores": round(other_cores, 3)} if other_cores is not None else {},
+            ),
             checked_timed_calls=checked,
-            disturbed=disturbed,
-            conditions={"other_load_cores": round(other_cores, 3)} if other_cores is not None else {},
             metrics={  # from the runner's CPU clock: a planning signal, not a verdict
                 "cpu_utilization_fraction": sum(cpu) / max(in_process, 1e-9) / cores,
                 "cache_cpu_utilization_fraction": sum(c for _, c in cache_runs) / sum(w for w, _ in cache_runs) / cores,
