@@ -186,7 +186,7 @@ def run(
     config = _resolved(resolved, settings_)
     run_session = session(config, plugins=plugins, entry_points=entry_points)
     with executing(run_session):
-        store = create_run(run_session, Path(config.run.run_dir) if config.run.run_dir else None)
+        store = create_run(run_session)
         return optimize(run_session, store)
 
 

@@ -518,8 +518,8 @@ def _plugins(args: argparse.Namespace, console: Console) -> int:
 def _config_show(args: argparse.Namespace, console: Console) -> int:
     config = _settings(args)
     session = api.session(config, plugins=args.plugins)
-    console.print(f"# in force (source: {config.source}; CLI > environment > file > defaults)", markup=False)
-    console.print(_toml(session.resolved_config()), markup=False)
+    console.print(f"# in force (source: {session.config.source}; CLI > environment > file > defaults)", markup=False)
+    console.print(_toml(session.config.table()), markup=False)
     return 0
 
 

@@ -95,6 +95,32 @@ class HieraConfig:
     """Where the file part came from (path, or `defaults`)."""
 
 
+@attrs.frozen(kw_only=True)
+class ResolvedConfig:
+    """A run's configuration resolved once, by `Session.create`, and read from there by everything after it: the engine,
+    the pipeline's recipe, the manifest and `hiera config show`."""
+
+    run: RunConfig
+    """Every plugin choice made (a plugin's default where the settings left it empty); `arch` is the architecture chosen,
+    never `auto`."""
+    plugins: dict[str, dict[str, Any]]
+    """table -> plugin name -> the plugin's structured config (None for a plugin without one), every plugin installed."""
+    versions: dict[str, str]
+    """hiera, Python, the platform and each plugin distribution with its version."""
+    source: str
+    """Where the file part came from (`HieraConfig.source`)."""
+
+    def table(self) -> dict[str, Any]:
+        """In the configuration file's shape, secrets never in it: the manifest's `config`, the pipeline's recipe,
+        `hiera config show`; `config_from_table` reads it back."""
+        out: dict[str, Any] = {"run": unstructure(self.run)}
+        for table, configs in self.plugins.items():
+            section = {name: unstructure(c) for name, c in sorted(configs.items()) if c is not None}
+            if section:
+                out[table] = section
+        return out
+
+
 def find_config_file(directory: Path) -> tuple[Path, dict[str, Any]] | None:
     """Return the config file in force in `directory` and its hiera table, or None."""
     hiera_toml = directory / "hiera.toml"

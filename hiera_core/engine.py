@@ -10,12 +10,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import platform
 import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any, cast
 
@@ -47,24 +45,13 @@ def create_run(session: Session, run_dir: Path | None = None) -> RunStore:
     manifest = records.RunManifest(
         run_id=run_id,
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        config=session.resolved_config(),
-        versions=_versions(session),
+        config=session.config.table(),
+        versions=session.config.versions,
         hardware=session.arch.hardware(),
         task=session.task,
         protection=sandbox.protection(),
     )
     return RunStore.create(path, manifest)
-
-
-def _versions(session: Session) -> dict[str, str]:
-    versions = {"python": platform.python_version(), "platform": sys.platform}
-    for _, dist in session.pm.list_plugin_distinfo():
-        versions[dist.project_name] = dist.version
-    try:
-        versions.setdefault("hiera", metadata.version("hiera"))
-    except metadata.PackageNotFoundError:
-        pass
-    return versions
 
 
 def tables_in_use(table: Mapping[str, Any], store: RunStore, pm: pluggy.PluginManager) -> dict[str, Any]:
@@ -548,7 +535,7 @@ class Engine:
             hardware=manifest.hardware,
             toolchain=self.toolchain,
             versions=manifest.versions,
-            evaluators=session.resolved_config().get("evaluator", {}),
+            evaluators=session.config.table().get("evaluator", {}),
             workload=session.workload.name,
             task=session.task,
             contract_id=self.contract.id,
@@ -745,7 +732,7 @@ def new_job(
         space_rank=session.space(candidate.space).rank,
         workdir=workdir,
         workload_factory=workload_factory(type(session.workload)),
-        workload_config=session.resolved_config().get("workload", {}).get(session.workload.name, {}),
+        workload_config=session.config.table().get("workload", {}).get(session.workload.name, {}),
         toolchain=toolchain,
         roofline=roofline,
         remeasure=remeasure,

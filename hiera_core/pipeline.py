@@ -22,7 +22,7 @@ import pluggy
 import structlog
 
 from hiera_core import protocols, records
-from hiera_core.config import HieraConfig, RunConfig, config_from_table
+from hiera_core.config import ResolvedConfig, RunConfig, config_from_table
 from hiera_core.errors import HieraError
 from hiera_core.plugins import collect, make_plugin_manager
 from hiera_core.protocols import Architecture, EvalJob, Evaluator, StagePassed
@@ -54,7 +54,7 @@ class Recipe:
     plugins are installed."""
 
     config: dict[str, Any]
-    """The run's resolved configuration table (`Session.resolved_config()`, the manifest's `config`)."""
+    """The run's resolved configuration table (`ResolvedConfig.table()`, the manifest's `config`)."""
     plugins: tuple[str, ...] = ()
     """Modules registered besides the `hiera` entry points (`--plugin`, `plugins=[...]`), by import name."""
     entry_points: bool = True
@@ -226,12 +226,10 @@ def implausible(measured: Measured, roofline: records.Roofline | None, run: RunC
     return None
 
 
-def pipeline_for(
-    config: HieraConfig, pm: pluggy.PluginManager, arch: Architecture, evaluators: list[Evaluator], resolved: dict[str, Any]
-) -> Pipeline:
-    """The pipeline of a session (its `config`, plugin manager `pm`, architecture and evaluators), with the recipe
-    that rebuilds it elsewhere from `resolved` (the resolved configuration table) when every plugin it may need can
-    be found there by name."""
+def pipeline_for(config: ResolvedConfig, pm: pluggy.PluginManager, arch: Architecture, evaluators: list[Evaluator]) -> Pipeline:
+    """The pipeline of a session (its resolved `config`, plugin manager `pm`, architecture and evaluators), with the
+    recipe that rebuilds it elsewhere from the configuration's table when every plugin it may need can be found there
+    by name."""
     plugins: list[str] = []
     objects: list[str] = []
     distributed = {id(plugin) for plugin, _ in pm.list_plugin_distinfo()}
@@ -254,7 +252,11 @@ def pipeline_for(
             ),
         )
     recipe = Recipe(
-        config=resolved, plugins=tuple(plugins), entry_points=bool(distributed), blocked=blocked, protection=sandbox.protection()
+        config=config.table(),
+        plugins=tuple(plugins),
+        entry_points=bool(distributed),
+        blocked=blocked,
+        protection=sandbox.protection(),
     )
     return Pipeline(arch=arch, evaluators=evaluators, run=config.run, recipe=recipe)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import platform
+import sys
+from importlib import metadata
 from typing import Any
 
 import attrs
@@ -9,7 +12,7 @@ import pluggy
 import structlog
 
 from hiera_core import protocols
-from hiera_core.config import ConfigError, HieraConfig, RunConfig, unstructure
+from hiera_core.config import ConfigError, HieraConfig, ResolvedConfig, RunConfig
 from hiera_core.context import RunContext
 from hiera_core.pipeline import Pipeline, pipeline_for
 from hiera_core.plugins import KINDS, Registry, UnknownName, collect, direction_knowledge, run_defaults
@@ -37,10 +40,10 @@ class Session:
     """Everything a run needs, built once and passed explicitly; nothing global."""
 
     pm: pluggy.PluginManager
-    config: HieraConfig
+    config: ResolvedConfig
+    """The configuration resolved once: the run's choices made, the architecture chosen, every plugin's config, the
+    versions."""
     registries: dict[str, Registry]
-    plugin_configs: dict[str, dict[str, Any]]
-    """table -> plugin name -> structured config instance (or None), for every registered plugin."""
     workload: Workload
     task: Task
     arch: Architecture
@@ -71,8 +74,7 @@ class Session:
         is missing. `recorded_hardware`: the hardware a resumed run recorded, which the prompts then describe."""
         registries = {kind: collect(pm, kind) for kind in KINDS}
         plugin_configs = _structure_plugin_tables(config, registries)
-        config = attrs.evolve(config, run=_with_defaults(config.run, run_defaults(pm), registries))
-        run = config.run
+        run = _with_defaults(config.run, run_defaults(pm), registries)
         notices: list[str] = []
 
         def build(table: str, name: str, *extra: Any) -> Any:
@@ -86,6 +88,8 @@ class Session:
             if notice:
                 notices.append(notice)
         arch = build("arch", arch_name)
+        run = attrs.evolve(run, arch=arch_name)
+        resolved = ResolvedConfig(run=run, plugins=plugin_configs, versions=_versions(pm), source=config.source)
         reason = arch.unavailable_reason() if device else None
         if reason:
             raise DeviceMissing(f"architecture '{arch_name}' cannot run here: {reason}")
@@ -133,9 +137,8 @@ class Session:
         )
         session = cls(
             pm=pm,
-            config=config,
+            config=resolved,
             registries=registries,
-            plugin_configs=plugin_configs,
             workload=workload,
             task=task,
             arch=arch,
@@ -147,7 +150,7 @@ class Session:
             context=context,
             notices=notices,
         )
-        session.pipeline = pipeline_for(config, pm, arch, evaluators, session.resolved_config())
+        session.pipeline = pipeline_for(resolved, pm, arch, evaluators)
         return session
 
     @property
@@ -168,14 +171,16 @@ class Session:
             return [s.name for s in self.spaces]
         return [self.config.run.space]
 
-    def resolved_config(self) -> dict[str, Any]:
-        """The configuration in force, for `hiera config show` and the run manifest (no secrets)."""
-        out: dict[str, Any] = {"run": unstructure(self.config.run) | {"arch": self.arch_name}}
-        for table, configs in self.plugin_configs.items():
-            section = {name: unstructure(c) for name, c in sorted(configs.items()) if c is not None}
-            if section:
-                out[table] = section
-        return out
+
+def _versions(pm: pluggy.PluginManager) -> dict[str, str]:
+    versions = {"python": platform.python_version(), "platform": sys.platform}
+    for _, dist in pm.list_plugin_distinfo():
+        versions[dist.project_name] = dist.version
+    try:
+        versions.setdefault("hiera", metadata.version("hiera"))
+    except metadata.PackageNotFoundError:
+        pass
+    return versions
 
 
 def _hardware_text(arch: Architecture, device: bool, recorded: dict[str, Any] | None = None) -> str:
