@@ -162,7 +162,8 @@ class Pipeline:
             for evaluator in running[1:]:  # what takes long to start starts now, while the stages ahead run
                 if start := protocols.optional(evaluator, "start"):
                     try:
-                        early[evaluator.name] = start(job)
+                        if (started := start(job)) is not None:
+                            early[evaluator.name] = started
                     except Exception:
                         log.exception("evaluator_start_failed", evaluator=evaluator.name, candidate=job.candidate.id)
             for evaluator in self.evaluators:

@@ -434,7 +434,8 @@ class Evaluator(Protocol):
     once, before the stages ahead of it run, and returns an object whose `evaluate(job)` then finishes the stage as
     `evaluate` would and whose `cancel()` ends it when an earlier stage ends the pipeline. The pipeline calls it,
     for the stages that will run, as a job's evaluation begins (`hiera_judge.judging.StartedJudge`: a judge starts
-    while its candidate builds).
+    while its candidate builds). It may return None (not now: too many are started): the stage then starts in its
+    `evaluate`.
     """
 
     name: ClassVar[str]

@@ -139,6 +139,29 @@ def device_lock(name: str, *, background: bool = False):
                 held.append((round(start, 4), round(time.time(), 4)))
 
 
+_alive: dict[str, threading.BoundedSemaphore] = {}
+_alive_guard = threading.Lock()
+
+
+def judge_slot(name: str, limit: int, *, wait: bool) -> Callable[[], None] | None:
+    """A place for one more judge of device `name` (`gpu-0`, ...) alive in this process: started, waiting READY for
+    the device, or judging. At most `limit` at once (the first limit asked for a device holds for the process): a
+    READY cuda judge holds two CUDA contexts (its own and its runner's), and a round's judges all starting beside
+    their builds took GPU memory that a judge's memory plan had left to the one timing. Returns the call that gives
+    the place back (`StartedJudge` calls it when its judge ends), or None where `wait` is False and all are taken
+    (the judge then starts when its stage runs)."""
+    with _alive_guard:
+        places = _alive.setdefault(name, threading.BoundedSemaphore(limit))
+    if not places.acquire(blocking=wait):
+        return None
+    return functools.partial(_give_back, places, threading.Lock())
+
+
+def _give_back(places: threading.BoundedSemaphore, once: threading.Lock) -> None:
+    if once.acquire(blocking=False):
+        places.release()
+
+
 TIMING_CORES_FROM = 8
 """On a machine with at least this many cores, the last two are kept for the judge that holds a device and its
 runner (`timing_cores`): the builds and judge start-ups beside them run on the others (`leave_timing_cores`), so
@@ -217,7 +240,8 @@ class StartedJudge:
     for `READY`, takes `device_lock`, and sends `go` with the library's path; so neither the start-up nor the build
     holds the device. Each phase has `timeout_s`; at the end of it the whole sandbox is killed. `measured(job,
     judged)` turns the judge's `Judged` into the stage's result; any other answer ends the pipeline. The judge's log
-    goes to `workdir/judge.log`. `cancel()` kills a judge whose candidate never got built.
+    goes to `workdir/judge.log`. `cancel()` kills a judge whose candidate never got built. `slot` (`judge_slot`) is
+    given back when the judge has ended.
 
     Nothing the sandbox can write (its scratch folder) is opened here. The verdict is the judge's last line on its
     stdout, read `ANSWER_LINE_BYTES` at most; a judge that ends without one, however it ends (any signal, its output
@@ -235,12 +259,18 @@ class StartedJudge:
         device_lock: AbstractContextManager | None = None,
         env_extra: dict[str, str] | None = None,
         candidate: sandbox.CandidateLimits | None = None,
+        slot: Callable[[], None] | None = None,
     ) -> None:
         self.scratch, self.workdir, self.timeout_s = workdir / "scratch", workdir, timeout_s
         self.measured, self.device_lock = measured, device_lock
+        self.slot = slot or (lambda: None)
         self.unread = bytearray()  # what the judge printed after the last line read
         shutil.rmtree(self.scratch, ignore_errors=True)  # what a judge left there (hiera killed beside it) is not followed
-        self.log = open(workdir / JUDGE_LOG, "w")
+        try:
+            self.log = open(workdir / JUDGE_LOG, "w")
+        except BaseException:
+            self.slot()
+            raise
         try:
             self.box = sandbox.start(
                 [sys.executable, "-m", module],
@@ -255,6 +285,7 @@ class StartedJudge:
             )
         except BaseException:
             self.log.close()
+            self.slot()
             raise
         try:
             sandbox.piped(self.box.process.stdin).write(json.dumps(to_dict(request)) + "\n")
@@ -281,6 +312,7 @@ class StartedJudge:
                 if stream is not None:
                     stream.close()
         self.log.close()
+        self.slot()
 
     def _answer(self, library: Path) -> Judged | Evaluation:
         copy = self.scratch / library.name  # in the sandbox's own folder, which it sees whatever becomes of /tmp there

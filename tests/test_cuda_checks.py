@@ -263,3 +263,45 @@ def test_outputs_are_compared_in_chunks_with_the_same_verdict():
         error, first = max_error(bad, reference, 1e-4, 1e-4, chunk=chunk)
         assert first == 20 * 29 + 5 and error == pytest.approx(1.0, abs=1e-5)
         assert max_error(broken, reference, 1e-4, 1e-4, chunk=chunk)[1] == "non-finite"
+
+
+def test_judges_alive_on_a_gpu_are_bounded_and_the_next_starts_when_one_ends(monkeypatch):
+    """A round's judges all starting beside their builds held two CUDA contexts each (~1 GiB) while they waited for
+    the GPU: with `judges_per_gpu` alive, a candidate's judge starts only when one ends, whatever the round's size."""
+    import threading
+    import types
+
+    from hiera_plugins.cuda import evaluators
+
+    started = []
+
+    class Judge:
+        def __init__(self, *args, slot, **kwargs):
+            self.slot = slot
+            started.append(self)
+
+    monkeypatch.setattr(evaluators, "StartedJudge", Judge)
+    stage = evaluators.CudaRun(evaluators.CudaRunConfig(device=91, judges_per_gpu=2, compile_baseline=False))
+    job = types.SimpleNamespace(
+        workload_factory="w:f",
+        workload_config={},
+        task=None,
+        remeasure=False,
+        reference_ms=None,
+        compiled_reference=False,
+        workdir=Path("."),
+        background=False,
+    )
+    first, second = stage.start(job), stage.start(job)
+    assert first and second and stage.start(job) is None  # the third starts in its stage, not beside its build
+    first.slot()
+    first.slot()  # given back once, however often it is called
+    third = stage.start(job)
+    assert third and stage.start(job) is None
+    waiting = threading.Thread(target=stage.start, args=(job,), kwargs={"wait": True})
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive() and len(started) == 3
+    second.slot()
+    waiting.join(5)
+    assert not waiting.is_alive() and len(started) == 4

@@ -104,7 +104,8 @@ HIERA = textwrap.dedent(r"""
     started = time.monotonic()
     judge = judging.StartedJudge("fake_judge", request, workdir=workdir, timeout_s=timeout_s,
                                  measured=lambda job, judged: judged, memory_bytes=2 << 30,
-                                 env_extra={"HIERA_FAKE_ATTACK": attack})
+                                 env_extra={"HIERA_FAKE_ATTACK": attack},
+                                 slot=lambda: print("slot given back", file=sys.stderr, flush=True))
     result = judge.evaluate(types.SimpleNamespace(library=Path(library)))
     print(json.dumps({"record": to_dict(result, JudgeAnswer), "seconds": time.monotonic() - started,
                       "grown_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
@@ -157,6 +158,7 @@ def test_a_judge_that_dies_any_way_is_crashed_and_leaks_nothing(fake_judge, atta
     assert isinstance(result, Crashed), result
     assert ATTACKS[attack] in result.reason
     assert SECRET not in printed
+    assert printed.count("slot given back") == 1  # the judge's place on the device (`judging.judge_slot`) is free again
     assert seconds < judging.ENDING_S + 10
     assert grown_mb < 200
 

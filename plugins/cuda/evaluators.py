@@ -5,13 +5,13 @@ Profiling is the `ncu` plugin's (`cuda-profile`). Each stage can be replaced."""
 from __future__ import annotations
 
 import json
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import attrs
 
 from hiera_core import Built, EvalJob, StagePassed
 from hiera_core.records import CompileFailed, Evaluation, Profile, StaticRejected
-from hiera_judge.judging import StartedJudge, device_lock, timing_cores
+from hiera_judge.judging import StartedJudge, device_lock, judge_slot, timing_cores
 from hiera_judge.messages import Judged, JudgeRequest
 from hiera_plugins.cuda import checks
 from hiera_plugins.cuda.architecture import gpu_lock_name
@@ -117,6 +117,10 @@ class CudaRunConfig:
     harness offers it (KernelBench's second baseline); its compilation runs once per run, in that judge."""
     compile_baseline_timeout_s: float = 600.0
     """Added to that judge's `timeout_s` for the compilation (minutes for a level 3 model)."""
+    judges_per_gpu: int = attrs.field(default=6, validator=attrs.validators.ge(1))
+    """Judges alive at once on the GPU, across the runs of this process (`judging.judge_slot`): one timing, the
+    others started ahead of their turn (each READY judge holds two CUDA contexts, ~1 GiB of the card). A candidate
+    whose judge finds no place when its build starts has it started once a judge ends."""
 
 
 @attrs.frozen(kw_only=True)
@@ -143,8 +147,13 @@ class CudaRun:
     def __init__(self, config: CudaRunConfig) -> None:
         self.config = config
 
-    def start(self, job: EvalJob) -> StartedJudge:
-        """Its judge, started while the candidate builds (`protocols.Evaluator.start`)."""
+    def start(self, job: EvalJob, *, wait: bool = False) -> StartedJudge | None:
+        """Its judge, started while the candidate builds (`protocols.Evaluator.start`); None where
+        `judges_per_gpu` are alive and `wait` is False."""
+        lock = gpu_lock_name(self.config.device)
+        slot = judge_slot(lock, self.config.judges_per_gpu, wait=wait)
+        if slot is None:
+            return None
         compile_baseline = self.config.compile_baseline and job.compiled_reference
         memory = int(self.config.memory_gib * 2**30)
         request = JudgeRequest(
@@ -168,11 +177,12 @@ class CudaRun:
             timeout_s=timeout_s,
             measured=self._measured,
             memory_bytes=memory,
-            device_lock=device_lock(gpu_lock_name(self.config.device), background=job.background),
+            device_lock=device_lock(lock, background=job.background),
+            slot=slot,
         )
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
-        return self.start(job).evaluate(job)
+        return cast(StartedJudge, self.start(job, wait=True)).evaluate(job)
 
     @staticmethod
     def _measured(job: EvalJob, answer: Judged) -> StagePassed | Evaluation:
