@@ -240,6 +240,16 @@ def test_calls_rotate_over_places_of_their_own_within_the_gpus_free_memory():
     crowded = memory_plan(6 * gib, 6 * gib, 25 * gib, int(50 * gib), 1, total=int(79.2 * gib), others_use=int(28 * gib))
     assert crowded.places == 0 and not crowded.too_large
     assert short.too_large and too_large.too_large
+    # task 20 alone on an H100 (2026-12-07): 71.458 GiB free while the judge held the timing sample's 6 GiB, its own and
+    # its runner's contexts 1.47 GiB: too large for the card. The sample is made again where used, so the judge finds
+    # those 6 GiB free too, and one place fits
+    held = memory_plan(6 * gib, 6 * gib, 24 * gib, int(71.458 * gib), 1, total=int(79.2 * gib), others_use=int(1.47 * gib))
+    assert held.places == 0 and held.too_large
+    alone = memory_plan(6 * gib, 6 * gib, 24 * gib, int(77.458 * gib), 1, total=int(79.2 * gib), others_use=int(1.47 * gib))
+    assert alone.places == 1
+    # and beside the five other judges `judges_per_gpu` lets wait on the card (1.47 GiB each, as this one's)
+    beside = memory_plan(6 * gib, 6 * gib, 24 * gib, int(70.1 * gib), 1, total=int(79.2 * gib), others_use=int(7.35 * gib))
+    assert beside.places == 1
 
 
 def test_outputs_are_compared_in_chunks_with_the_same_verdict():

@@ -280,15 +280,14 @@ class CudaJudge:
 
     # --- the buffers ------------------------------------------------------------------------------
 
-    def attach(self, cases: list[tuple]) -> Crashed | None:
+    def attach(self, cases: list[tuple], working: int) -> Crashed | None:
         """Allocate the two buffers, each with `placements` places for the largest inputs and output of `cases`
-        ((inputs, reference) pairs; what the references took beyond them is still in the peak statistics), as many as
+        ((inputs, reference) pairs, their shapes; `working`: what computing a reference took beyond its inputs), as many as
         the GPU's free memory holds beside what the rest of the evaluation needs (`memory_plan`), and hand them to the
         runner. Every call goes to the next place (`CudaRunConfig.placements`). Where not even one place fits, why
         (before the candidate is loaded)."""
         in_bytes = max(sum(_aligned(t.numel() * t.element_size()) for t in inputs) for inputs, _ in cases)
         out_bytes = max(ref.numel() * torch.empty((), dtype=self.out_dtype).element_size() for _, ref in cases)
-        working = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()  # a reference's own, beyond its inputs
         torch.cuda.empty_cache()  # what the references took goes back to the device: the runner may need it
         free, total = torch.cuda.mem_get_info()
         others_use = max(0, total - free - torch.cuda.memory_reserved())  # this process's context counts as theirs
@@ -425,30 +424,38 @@ class CudaJudge:
                 for distribution in h.distributions[:1] if large else h.distributions:
                     checks.append((f"{case['label']} seed {seed} {distribution}", case, seed, distribution))
         timing_case = h.timing_case()
+        # The null batches' and warm-up calls' inputs: made again where used, never held (a large task's inputs
+        # are a place's worth of GPU memory: KernelBench level 1 task 20's 6 GiB did not fit an 80 GB card beside
+        # its place and a check while the judge kept them)
+        make_sample = functools.partial(h.make_inputs, timing_case, seeds[0], h.distributions[0])
         torch.cuda.reset_peak_memory_stats()
-        sample = h.make_inputs(timing_case, seeds[0], h.distributions[0])
+        sample = make_sample()
         timing_reference = shaped(h.reference(timing_case, sample))  # its shape: each check computes its own
-        sizes = [(sample, timing_reference)]
+        sizes = [([shaped(t) for t in sample], timing_reference)]
         for _, case, seed, distribution in checks:
             if case != timing_case:
                 inputs = h.make_inputs(case, seed, distribution)
                 sizes.append(([shaped(t) for t in inputs], shaped(h.reference(case, inputs))))
                 del inputs
-        if failed := self.attach(sizes):
+        working = torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()  # a reference's own, beyond its inputs
+        del sample
+        if failed := self.attach(sizes, working):
             return failed
         del sizes
         self.mark("buffers")
 
-        null = self.calibrate(sample, timing_reference)
+        null = self.calibrate(make_sample, timing_reference)
         self.mark("calibration")
         compiled, compiled_note = None, ""
+        warm_inputs = make_sample()
         if self.s.compile_baseline and hasattr(h, "compiled_baseline"):
             try:  # compiled on its first call, in this process: the candidate never shares it
                 compiled = seeded(h.compiled_baseline(), self.call_seed)
-                timed(self.cold_start, lambda: compiled(sample))
+                timed(self.cold_start, functools.partial(compiled, warm_inputs))
             except Exception as exc:  # noqa: BLE001 -- a baseline that does not compile is reported, not fatal
                 compiled, compiled_note = None, f"torch.compile failed: {type(exc).__name__}: {str(exc).strip()[:300]}"
-        timed(self.cold_start, lambda: self.baseline(sample))
+        timed(self.cold_start, functools.partial(self.baseline, warm_inputs))
+        del warm_inputs
         self.mark("compiled_baseline")
         failed = judging.load(self.runner, self.request, library, timeout_s=self.timeout_s)
         if failed is not None:
@@ -478,7 +485,7 @@ class CudaJudge:
             inputs = [functools.partial(h.make_inputs, timing_case, seed, distribution) for seed, distribution in draws]
             self.current = f"timed calls {count}-{count + n - 1}: a batch on fresh inputs ({judging.describe_call(timing_case, *draws[0])}, ...)"
             for _attempt in range(s.run.timing_attempts + 1):
-                paired, _ = self.batch([lambda: sample] * n, timing_reference, null=True)
+                paired, _ = self.batch([make_sample] * n, timing_reference, null=True)
                 batch, placed = self.batch(inputs, timing_reference)
                 if batch is not None:
                     batch = attrs.evolve(batch, null_ms=paired.wall_ms if paired is not None else None)
@@ -588,20 +595,20 @@ class CudaJudge:
 
     # --- timed batches ----------------------------------------------------------------------------
 
-    def calibrate(self, sample, reference) -> judging.NullBatches:
+    def calibrate(self, make_sample, reference) -> judging.NullBatches:
         """Null batches of one call and of every place, before the candidate is loaded; and the idle probe's own time,
         which sets how long a probe may take before the GPU counts as busy."""
         one, full, probes = [], [], []
         for _ in range(CALIBRATION_BATCHES):
             for n, into in ((1, one), (self.place_count, full)):
-                batch, _ = self.batch([lambda: sample] * n, reference, null=True, probes=probes)
+                batch, _ = self.batch([make_sample] * n, reference, null=True, probes=probes)
                 into.append(batch.wall_ms)
         self.probe_limit_ms = max(PROBE_LIMIT_MS, 2 * judging.quantile(probes, 0.9))
         self.probe_idle_ms = statistics.median(probes)
         return judging.NullBatches(one_ms=one, full_ms=full, calls=self.place_count)
 
     def batch(self, inputs: list, reference, *, null: bool = False, probes: list | None = None):
-        """One batch: the inputs each of `inputs` makes written into places of their own, L2 flushed, the calls ordered at once; the judge's
+        """One batch: the inputs each of `inputs` makes (a `null` batch: the first's, in every place) written into places of their own, L2 flushed, the calls ordered at once; the judge's
         clock runs from letting the candidate run to stopping it again. Then the judge checks the GPU is idle (a
         kernel of its own comes back at once only when no other context has work queued: a reply before the work was
         done shows here) and copies every output from the runner's memory into its own places. (the `TimedBatch`,
@@ -618,7 +625,7 @@ class CudaJudge:
                     " (before its inputs existed): that work would run outside the judge's clock"
                 )
             for k, (make, (views, out)) in enumerate(zip(inputs, layouts, strict=True)):
-                placed.append((views, self.write(first if k == 0 else make(), views, out)))
+                placed.append((views, self.write(first if k == 0 or null else make(), views, out)))
             self.cold_start.flush.zero_()  # L2 holds no input: every place's inputs are untouched until its call
             torch.cuda.synchronize()
 
