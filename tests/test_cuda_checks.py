@@ -66,6 +66,37 @@ def test_runtime_space_rules():
     assert checks.runtime_space_violation([], ["mm"], 2) is None
 
 
+def test_a_pure_cuda_kernel_named_like_a_librarys_is_the_candidates_own(tmp_path):
+    """KernelBench level 1 task 4 on an H100 (2026-12-07): four of a model's six pure CUDA candidates were rejected as
+    launching "library kernels" because their own kernels were called `gemv_splitk_vec4_kernel` and
+    `(anonymous namespace)::gemv_finish_kernel`. A kernel the candidate's library defines is its own; cuBLAS's, or an
+    ATen kernel instantiated from a header into the library, is not. (A candidate that defines a function of
+    cuBLAS's kernel's name passes this check; calling cuBLAS at all is what the binary check stops:
+    `test_a_real_extension_build_its_symbols_and_the_cache`.)"""
+    (tmp_path / "k.cpp").write_text(  # a shared object with the host stubs nvcc writes for these kernels
+        "namespace { void gemv_finish_kernel(const float*, float*, int) {} }\n"
+        "template <int N> void gemv_splitk_vec4_kernel(const float*, float*) {}\n"
+        "namespace at { namespace native { template <int N> void vectorized_elementwise_kernel(float*) {} } }\n"
+        "void launch(float* o) { gemv_finish_kernel(o, o, 1); gemv_splitk_vec4_kernel<4>(o, o);"
+        " at::native::vectorized_elementwise_kernel<4>(o); }\n"
+    )
+    subprocess.run(["g++", "-shared", "-fPIC", "-O0", "-o", tmp_path / "k.so", tmp_path / "k.cpp"], check=True)
+    own = checks.defined_functions(tmp_path / "k.so")
+    assert {"gemv_finish_kernel", "gemv_splitk_vec4_kernel", "launch"} <= own
+
+    mine = [
+        "(anonymous namespace)::gemv_finish_kernel(float const*, float*, int)",
+        "void gemv_splitk_vec4_kernel<4>(float const*, float*)",
+    ]
+    assert checks.runtime_space_violation(mine, ["empty"], 0, own) is None
+    assert "library kernels" in checks.runtime_space_violation(mine, [], 0)  # not defined there: as before
+    cublas = "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false>(float const*)"
+    assert "gemv2T_kernel_val" in checks.runtime_space_violation([*mine, cublas], [], 0, own)
+    aten = "void at::native::vectorized_elementwise_kernel<4>(float*)"
+    assert "vectorized_elementwise" in checks.runtime_space_violation([aten], [], 0, own)
+    assert checks.kernel_base_name("void ns::f<(int)4, g<2>>(float const*, h<3>)") == "f"
+
+
 def test_a_library_that_imports_its_own_stream_or_the_drivers_functions_is_rejected(tmp_path):
     """The binary check sees what a macro hides from the source scan (the GPU suite's `driver-stream-hidden` is the
     real attack); two small shared objects, built here, stand for a candidate's library."""

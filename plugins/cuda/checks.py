@@ -113,7 +113,11 @@ ALLOWED_OPS = {
 OVERLOAD = re.compile(r"_(memory_format|names|out|Tensor|Scalar|dtype|device|dtype_layout|other|int|symint|src|self)$")
 """The overload suffix of an `at::_ops` name (`empty_memory_format` is the `empty` operator)."""
 LIBRARY_KERNELS = re.compile(r"cublas|cutlass|cudnn|xmma|gemm|gemv|cufft|at::native|void at::|sm90_", re.I)
-"""Kernel names that come from vendor libraries or ATen, not from the candidate."""
+"""Kernel names that come from vendor libraries or ATen, not from the candidate (unless its library defines them:
+`runtime_space_violation`)."""
+LIBRARY_NAMESPACE = re.compile(r"\b(?:cublas\w*|cutlass|cute|cudnn\w*|cufft\w*|at)::")
+"""A kernel in a library's namespace is the library's even where the candidate's library holds it (a header's template
+instantiated there)."""
 
 
 def _code(source: str) -> str:
@@ -135,6 +139,41 @@ def imported_symbols(library: Path) -> list[str]:
     """Undefined dynamic symbols of a shared object, demangled, without their versions (`nm -D -C --undefined-only`)."""
     out = subprocess.run(["nm", "-D", "-C", "--undefined-only", str(library)], capture_output=True, text=True, timeout=60)
     return [parts[1].split("@")[0] for line in out.stdout.splitlines() if len(parts := line.strip().split(None, 1)) == 2]
+
+
+def defined_functions(library: Path) -> frozenset[str]:
+    """The base names (`kernel_base_name`) of the functions a shared object defines, its local ones included
+    (`nm -C --defined-only`): a `__global__` kernel's host-side stub has the kernel's own name."""
+    out = subprocess.run(["nm", "-C", "--defined-only", str(library)], capture_output=True, text=True, timeout=60)
+    return frozenset(
+        kernel_base_name(parts[2])
+        for line in out.stdout.splitlines()
+        if len(parts := line.strip().split(None, 2)) == 3 and parts[1] in "tTwW"
+    )
+
+
+def kernel_base_name(name: str) -> str:
+    """A demangled function's own name: `void ns::gemv<4>(float const*)` and `(anonymous namespace)::gemv(float*)`
+    are `gemv`."""
+    name = name.replace("(anonymous namespace)", "")
+    depth, end = 0, len(name)
+    for position, char in enumerate(name):  # the argument list starts at the first "(" outside template arguments
+        depth += (char == "<") - (char == ">")
+        if char == "(" and depth == 0:
+            end = position
+            break
+    head = name[:end].strip()
+    while head.endswith(">"):  # the template arguments, balanced from the end
+        depth = 0
+        for position in range(len(head) - 1, -1, -1):
+            depth += (head[position] == ">") - (head[position] == "<")
+            if depth == 0:
+                head = head[:position].strip()
+                break
+        else:
+            break
+    words = head.rsplit("::", 1)[-1].split()
+    return words[-1] if words else head
 
 
 def binary_hack(symbols: list[str]) -> str | None:
@@ -169,12 +208,16 @@ def binary_space_violation(symbols: list[str], space_rank: int) -> str | None:
     return None
 
 
-def runtime_space_violation(kernels: list[str], ops: list[str], space_rank: int) -> str | None:
-    """Rank 0 runs only the candidate's own kernels and allocation; rank 1 adds library kernels."""
+def runtime_space_violation(kernels: list[str], ops: list[str], space_rank: int, own: frozenset[str] = frozenset()) -> str | None:
+    """Rank 0 runs only the candidate's own kernels and allocation; rank 1 adds library kernels. A kernel whose name
+    looks like a library's (`LIBRARY_KERNELS`: a pure CUDA kernel may well be called `gemv_finish_kernel`) is the
+    candidate's own where its library defines it (`own`: `defined_functions`) outside a library's namespace."""
     compute_ops = [op for op in ops if op not in ALLOWED_OPS]
     if space_rank <= 1 and compute_ops:
         return f"it ran ATen operators {', '.join(compute_ops[:4])}, which this space does not admit"
-    library = [k for k in kernels if LIBRARY_KERNELS.search(k)]
+    library = [
+        k for k in kernels if LIBRARY_KERNELS.search(k) and (kernel_base_name(k) not in own or LIBRARY_NAMESPACE.search(k))
+    ]
     if space_rank == 0 and library:
         return f"it launched library kernels ({library[0][:80]}), which this space does not admit"
     return None

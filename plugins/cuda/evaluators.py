@@ -186,7 +186,8 @@ class CudaRun:
 
     @staticmethod
     def _measured(job: EvalJob, answer: Judged) -> StagePassed | Evaluation:
-        violation = checks.runtime_space_violation(answer.kernels, answer.aten_ops, job.space_rank)
+        own = checks.defined_functions(job.built.library) if job.built else frozenset()
+        violation = checks.runtime_space_violation(answer.kernels, answer.aten_ops, job.space_rank, own)
         if violation:
             return StaticRejected(reason=f"{job.candidate.space}: {violation}")
         return answer.record(
