@@ -465,12 +465,12 @@ class Engine:
         names = {job.workdir: name for job, name in baselines}
         jobs = [attrs.evolve(job, background=True) for job, _ in baselines]
         done: list[tuple[EvalJob, Evaluated]] = []
-        failed: list[Exception] = []
+        failed: list[BaseException] = []
 
         def evaluate() -> None:
             try:
                 done.extend(self._evaluated(jobs, "baseline(s)"))
-            except Exception as exc:  # noqa: BLE001 -- raised in the run's own thread below
+            except BaseException as exc:  # noqa: BLE001 -- raised in the run's own thread below (an interrupt too)
                 failed.append(exc)
 
         thread = threading.Thread(target=evaluate, name="hiera-baselines", daemon=True)

@@ -101,6 +101,41 @@ background holders wait."""
 
 
 BACKGROUND_POLL_S = 0.05
+LOCK_POLL_S = 0.01
+"""How often a thread waiting for the device tries its lock again (and sees whether the run is stopping)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run is stopping (Ctrl-C, `interrupt_waits`) while this thread waited for the device or for a judge's place:
+    its candidate is not judged and no verdict is recorded for it, so a resumed run judges it. A KeyboardInterrupt,
+    so every layer ends the run as it does on Ctrl-C."""
+
+
+_stopping = threading.Event()
+
+
+def interrupt_waits() -> None:
+    """From now on, every wait of this process for a device (`device_lock`) or a judge's place (`judge_slot`) ends in
+    `Interrupted`: a stopping run ends once the judges already judging have answered, not after every candidate
+    waiting for the device has had its turn."""
+    _stopping.set()
+
+
+def allow_waits() -> None:
+    """Waits go on as usual again (a new run starts)."""
+    _stopping.clear()
+
+
+def _take(handle: Any) -> None:
+    """The lock of `handle`, or `Interrupted` once the run is stopping."""
+    while True:
+        if _stopping.is_set():
+            raise Interrupted()
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(LOCK_POLL_S)
 
 
 @contextlib.contextmanager
@@ -108,13 +143,16 @@ def device_lock(name: str, *, background: bool = False):
     """One process at a time on a device (`gpu-0`, ...), across threads and hiera processes: what holds it times
     or profiles undisturbed. Each hold's interval goes to the thread's `recording_holds` list, if one is open.
     A `background` holder (a baseline judged beside the search) takes the device only while no thread of this process
-    waits for it otherwise, so the search's candidates and profiles go first."""
+    waits for it otherwise, so the search's candidates and profiles go first. A wait ends in `Interrupted` once the
+    run is stopping (`interrupt_waits`)."""
     path = Path(tempfile.gettempdir()) / f"hiera-{name}.lock"  # a link there is refused, never followed
     with open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)) as handle:
         if background:
             while True:
                 with _waiting:
-                    _waiting.wait_for(lambda: _foreground[name] == 0)
+                    _waiting.wait_for(lambda: _foreground[name] == 0 or _stopping.is_set())
+                if _stopping.is_set():
+                    raise Interrupted()
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
@@ -124,7 +162,7 @@ def device_lock(name: str, *, background: bool = False):
             with _waiting:
                 _foreground[name] += 1
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX)
+                _take(handle)
             finally:
                 with _waiting:
                     _foreground[name] -= 1
@@ -149,11 +187,15 @@ def judge_slot(name: str, limit: int, *, wait: bool) -> Callable[[], None] | Non
     READY cuda judge holds two CUDA contexts (its own and its runner's), and a round's judges all starting beside
     their builds took GPU memory that a judge's memory plan had left to the one timing. Returns the call that gives
     the place back (`StartedJudge` calls it when its judge ends), or None where `wait` is False and all are taken
-    (the judge then starts when its stage runs)."""
+    (the judge then starts when its stage runs). A wait ends in `Interrupted` once the run is stopping."""
     with _alive_guard:
         places = _alive.setdefault(name, threading.BoundedSemaphore(limit))
-    if not places.acquire(blocking=wait):
-        return None
+    if not places.acquire(blocking=False):
+        if not wait:
+            return None
+        while not places.acquire(timeout=10 * LOCK_POLL_S):
+            if _stopping.is_set():
+                raise Interrupted()
     return functools.partial(_give_back, places, threading.Lock())
 
 

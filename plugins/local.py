@@ -18,6 +18,7 @@ import attrs
 
 from hiera_core import EvalJob, ExecutorError, hookimpl
 from hiera_core.pipeline import Evaluated, Pipeline
+from hiera_judge import judging
 
 
 @attrs.frozen(kw_only=True)
@@ -39,7 +40,7 @@ class LocalConfig:
 
 class _Stop:
     """Ctrl-C during a suite whose runs go on in threads (`runs` > 1). Each run makes its own session, so its own
-    executor: the stop is the process's, set by any of them and cleared when the first executor opens again."""
+    executor: the stop is the process's, set by any of them and cleared when the last one closes."""
 
     lock = threading.Lock()
     users = 0
@@ -67,17 +68,21 @@ class LocalExecutor:
 
     def open(self, pipeline: Pipeline) -> None:
         with _Stop.lock:
-            if _Stop.users == 0:
-                _Stop.asked.clear()
             _Stop.users += 1
 
     def close(self) -> None:
         with _Stop.lock:
             _Stop.users -= 1
+            if _Stop.users == 0:  # the suite's last run has ended: nothing is left to stop
+                _Stop.asked.clear()
+                judging.allow_waits()
 
     def cancel(self) -> None:
-        """Every run of the suite stops at its next candidate; those under way end as they are."""
+        """Every run of the suite stops at its next candidate; of those under way, the ones judging end as they are
+        and the ones waiting for the device stop waiting (`judging.interrupt_waits`), to be judged when the run
+        resumes."""
         _Stop.asked.set()
+        judging.interrupt_waits()
 
     def run(self, jobs: Iterable[EvalJob], pipeline: Pipeline) -> Iterator[tuple[EvalJob, Evaluated]]:
         jobs = list(jobs)
@@ -90,8 +95,19 @@ class LocalExecutor:
         pool = ThreadPoolExecutor(max_workers=workers)
         try:
             futures = [(job, pool.submit(self._evaluate, pipeline, job)) for job in jobs]
-            for job, future in futures:
-                yield job, future.result()
+            stopped: BaseException | None = None
+            for job, future in futures:  # after a candidate's failure or interrupt, every result that came in is given
+                try:
+                    evaluated = future.result()
+                except (Exception, judging.Interrupted) as exc:  # noqa: BLE001 -- raised once the others are given
+                    stopped = stopped or exc
+                    continue
+                yield job, evaluated
+            if stopped is not None:
+                raise stopped
+        except KeyboardInterrupt:  # Ctrl-C where the results are read: the waits of those under way end too
+            self.cancel()
+            raise
         finally:  # interrupted: the candidates not started are dropped, those under way end as they are
             pool.shutdown(wait=True, cancel_futures=True)
 

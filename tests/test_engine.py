@@ -20,6 +20,7 @@ from hiera_core.plugins import make_plugin_manager
 from hiera_core.report import fast_p
 from hiera_core.session import Session
 from hiera_core.store import RunStore
+from hiera_judge import judging
 
 DOCS = Path(__file__).parents[1] / "docs" / "plugins.md"
 
@@ -447,8 +448,6 @@ def test_on_an_accelerator_the_baselines_are_judged_beside_the_search_not_before
 
 
 def test_a_background_holder_takes_the_device_after_every_waiting_search_job(tmp_path, monkeypatch):
-    from hiera_judge import judging
-
     monkeypatch.setattr(judging.tempfile, "gettempdir", lambda: str(tmp_path))
     order, held = [], threading.Event()
 
@@ -610,6 +609,48 @@ def test_by_default_a_rounds_candidates_overlap_only_where_the_device_has_its_ow
     assert done == [("a", "a"), ("b", "b"), ("c", "c")]  # in the order written, whatever finished first
     assert pipeline.most == min(at_once, len(os.sched_getaffinity(0)))
     assert LocalExecutor(LocalConfig(workers=2)).workers(pipeline, 3) == 2  # a setting wins
+
+
+class _Judging(Pipeline):
+    def evaluate(self, job):
+        with judging.device_lock("test-stopping"):
+            time.sleep(0.6)  # a judge timing the candidate
+        return job
+
+
+def test_a_stopping_run_ends_its_waits_for_the_device_and_gives_what_was_judged():
+    """Ctrl-C with a round's candidates queued on the GPU's lock: the one judging answers, the others stop waiting
+    (to be judged when the run resumes) instead of each taking its turn, and what was judged is still given. On
+    2026-12-07 a suite asked to stop this way outlasted its call's last minute and lost everything it had done."""
+    from hiera_core.config import RunConfig
+    from hiera_plugins.local import LocalConfig, LocalExecutor
+
+    pipeline = _Judging(arch=types.SimpleNamespace(accelerator="GPU"), evaluators=[], run=RunConfig())
+    executor = LocalExecutor(LocalConfig(workers=4))
+    executor.open(pipeline)
+    given = []
+    started = time.monotonic()
+    threading.Timer(0.3, executor.cancel).start()  # while one judges and three wait
+    try:
+        with pytest.raises(judging.Interrupted):
+            for _job, evaluated in executor.run(["a", "b", "c", "d"], pipeline):
+                given.append(evaluated)
+    finally:
+        executor.close()  # the last run of the process: the stop is cleared for the next
+    assert len(given) == 1 and given[0] in "abcd"
+    assert time.monotonic() - started < 1.5  # not four turns of 0.6 s
+
+
+def test_a_judges_wait_for_a_place_on_the_gpu_ends_when_the_run_stops():
+    release = judging.judge_slot("test-stopping-slots", 1, wait=True)
+    threading.Timer(0.2, judging.interrupt_waits).start()
+    try:
+        with pytest.raises(judging.Interrupted):
+            judging.judge_slot("test-stopping-slots", 1, wait=True)
+    finally:
+        judging.allow_waits()
+        release()
+    assert judging.judge_slot("test-stopping-slots", 1, wait=False) is not None
 
 
 class Counters:
