@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from hiera_core import hookimpl
 from hiera_core.records import Profile
@@ -31,7 +31,7 @@ class DataReuse:
     def score(self, profile: Profile | None) -> tuple[float, str]:
         present = [name for name in GPU_SIGNALS if profile is not None and name in profile.signals]
         if present:  # reuse is missing wherever data is fetched again: on chip or from DRAM
-            return deficit_score("R", profile, (min(present, key=profile.signals.__getitem__),))
+            return deficit_score("R", profile, (min(present, key=cast(Profile, profile).signals.__getitem__),))
         return deficit_score("R", profile, SIGNALS)
 
 

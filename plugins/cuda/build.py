@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -143,7 +143,7 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
             Path(hiera_core.__file__).parent,
             Path(job.toolchain["cuda_home"]),
             *map(Path, request["include_paths"]),
-            *([shared.parent] if linked else []),
+            *([cast(Path, shared).parent] if linked else []),  # linked: shared is a file
         ]
         result = run_sandboxed(
             [sys.executable, "-m", "hiera_plugins.cuda.build"],
@@ -166,7 +166,7 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
         if result.timed_out:
             log += f"\nthe build was killed after {timeout_s:.0f} s"
         elif result.returncode != 0 and "error" not in log.lower():
-            log += f"\nthe build process ended with {describe_exit(result.returncode)}"
+            log += f"\nthe build process ended with {describe_exit(cast(int, result.returncode))}"  # None only when timed out
         library = None
         if result.returncode == 0 and not includes.get("rejected"):
             library = next(build_dir.glob(f"{module_name(job)}*.so"), build_dir / f"{module_name(job)}.so")
@@ -177,7 +177,7 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
                 log += f"\nerror: {problem}"
                 library = None
         if library is not None and compiled:
-            _keep(build_dir / shared.name, shared)
+            _keep(build_dir / cast(Path, shared).name, cast(Path, shared))  # compiled: there is a binding, and its object
         record = {
             "library": str(library) if library else None,
             "log": log,

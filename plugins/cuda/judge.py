@@ -474,7 +474,8 @@ class CudaJudge:
         self.mark("correctness")
 
         checked = count = busy = 0
-        reference_times, compiled_times = [], []
+        reference_times: list[float] = []
+        compiled_times: list[float] = []
         budget_ms = s.run.reference_budget_s * 1e3
 
         def timed_batch(n: int, last: bool) -> judging.TimedBatch:
@@ -598,7 +599,9 @@ class CudaJudge:
     def calibrate(self, make_sample, reference) -> judging.NullBatches:
         """Null batches of one call and of every place, before the candidate is loaded; and the idle probe's own time,
         which sets how long a probe may take before the GPU counts as busy."""
-        one, full, probes = [], [], []
+        one: list[float] = []
+        full: list[float] = []
+        probes: list[float] = []
         for _ in range(CALIBRATION_BATCHES):
             for n, into in ((1, one), (self.place_count, full)):
                 batch, _ = self.batch([make_sample] * n, reference, null=True, probes=probes)

@@ -17,7 +17,7 @@ import os
 import pickle
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -41,6 +41,18 @@ from hiera_judge.messages import (
     StartBatch,
 )
 from hiera_plugins.cuda import ipc
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
+
+    PreparedBatch = tuple[
+        list[tuple[list[torch.Tensor], BufferView]],
+        tuple[torch.cuda.Event, torch.cuda.Event],
+        list[torch.Tensor] | None,
+        tuple[torch.Size, Any] | None,
+    ]  # what `Runner.prepare` holds for `Runner.batch`: calls, events, a null batch's outputs, the one output shape
 
 FLUSH_BYTES = 256 * 2**20
 """Overwritten before every timed call: more than the H200's 50 MiB L2, so every call starts cold."""
@@ -68,9 +80,9 @@ class ColdStart:
 
 def load_candidate(path: str):
     name = os.path.basename(path).split(".")[0]
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = cast("ModuleSpec", importlib.util.spec_from_file_location(name, path))  # a built .so always has one
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    cast("Loader", spec.loader).exec_module(module)
     return module
 
 
@@ -135,14 +147,19 @@ def warm_profiler() -> None:
 
 
 class Runner:
+    # None until the AttachOrder and the LoadOrder, which come before any call
+    inputs_arena: torch.Tensor
+    output_arena: torch.Tensor
+    fn: Callable[..., Any]
+
     def __init__(self) -> None:
-        self.inputs_arena = self.output_arena = None
-        self.fn = None
+        self.inputs_arena = self.output_arena = None  # type: ignore[assignment]  # set before any call
+        self.fn = None  # type: ignore[assignment]  # set before any call
         self.cold_start = ColdStart()
         self.null_sources: dict[tuple, torch.Tensor] = {}
         self.kept: collections.deque[torch.Tensor] = collections.deque(maxlen=0)
         self.batch_outputs: list[torch.Tensor] = []
-        self.prepared = None
+        self.prepared: PreparedBatch | None = None
 
     def prepare(self, order: BatchOrder) -> Reply:
         """Hold `order`'s calls ready (each place's input views, its timers; for a null batch its outputs), outside the
@@ -169,7 +186,7 @@ class Runner:
         them; one device-wide synchronize at the end; then where each output lies. The outputs stay alive until the
         next batch: the judge reads them while this process is stopped."""
         began = time.perf_counter()
-        (calls, (start, end), nulls, expected), self.prepared = self.prepared, None
+        (calls, (start, end), nulls, expected), self.prepared = cast("PreparedBatch", self.prepared), None
         torch.cuda.synchronize()
         outs, calling = [], time.perf_counter()
         start.record()
@@ -225,7 +242,8 @@ class Runner:
         target = view(self.output_arena, order.output)
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        kernels, ops = [], []
+        kernels: list[str] = []
+        ops: list[str] = []
         if order.flush_cache:
             self.cold_start()  # queued: the GPU is busy with it while this process launches the call
         start.record()

@@ -7,7 +7,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import attrs
 
@@ -79,7 +79,8 @@ class HostCompile:
         log = located_outside(done.stdout + done.stderr, base=job.workdir, allowed=allowed)
         (job.workdir / "build.log").write_text(" ".join(command) + "\n" + log)
         if done.returncode != 0:
-            ended = "" if done.returncode > 0 else f"\nthe compiler ended with {describe_exit(done.returncode)}"
+            code = cast(int, done.returncode)  # None only when timed out
+            ended = "" if code > 0 else f"\nthe compiler ended with {describe_exit(code)}"
             return CompileFailed(log=(log.strip() + ended)[-4000:], compile_s=elapsed)
         problem = library_problem(library, max_bytes=limit)
         if problem is None and folder_bytes(job.workdir) > 4 * limit:

@@ -118,6 +118,8 @@ def main() -> None:
 
 
 class Judge:
+    arena_places: int  # how many places the arena holds: set by `main` before the evaluation
+
     def __init__(self, harness: Any, request: JudgeRequest[HostJudgeSettings], runner: judging.Runner, arena: Arena) -> None:
         self.harness, self.request, self.runner, self.arena = harness, request, runner, arena
         self.settings = request.settings
@@ -207,7 +209,8 @@ class Judge:
                     checks.append(label)
 
         checked = 0
-        cpu, reference_times = [], []
+        cpu: list[float] = []
+        reference_times: list[float] = []
         count = 0
 
         def fresh(n: int) -> list[dict[str, np.ndarray]]:

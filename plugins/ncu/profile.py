@@ -433,8 +433,8 @@ def _findings(
     """At most six lines: the Speed-Of-Light verdict first, then the rest by a rough severity in [0, 1]."""
     ranked: list[tuple[float, str]] = []
 
-    starved = [(k, _grid_fill(k.metrics, sm_count)) for k in kernels]
-    starved = [(k, fill) for k, fill in starved if fill is not None and fill < 1]
+    fills = [(k, _grid_fill(k.metrics, sm_count)) for k in kernels]
+    starved = [(k, fill) for k, fill in fills if fill is not None and fill < 1]
     if starved:
         kernel, fill = min(starved, key=lambda item: item[1])
         total_ns = sum(k.metrics.get("gpu__time_duration.sum", 0.0) for k in kernels)

@@ -92,9 +92,10 @@ def parametric(name: str, params: dict[str, Any]) -> str:
 
 def kernel_source(index: int, steps: list[Step]) -> str:
     """The kernel and host function `pointwise_<index>(input, {operands})` for one chain."""
-    operands, body = [], []
+    operands: list[Any] = []
+    body: list[str] = []
     for step in steps:
-        names = {}
+        names: dict[str, str] = {}
         for tensor in step.tensors:
             names[f"t{len(names)}"] = f"o{len(operands)}[u].v[e]"
             operands.append(tensor)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -62,7 +63,7 @@ class KernelBench:
         self.root = Path(self.config.root or os.environ.get(ROOT_ENV, "")).expanduser()
         self._loaded: dict[str, _Loaded] | None = None
         self._failures: dict[str, str] = {}
-        self._seeds: dict[str, tuple[str, str | None]] = {}
+        self._seeds: dict[str, tuple[str | None, str | None]] = {}
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -246,7 +247,7 @@ class TranslationTemplate:
     candidate, in pure CUDA (direction M: the kernel's own loads and stores)."""
 
     name = "kernelbench-aten"
-    knobs: ClassVar[dict[str, Knob]] = {
+    knobs: Mapping[str, Knob] = {
         "fuse_pointwise": Knob(values=(False, True), direction="R", space="libraries_pytorch"),
         "pointwise_kernel": Knob(values=(False, True), direction="M", space="pure_cuda"),
     }
@@ -257,10 +258,10 @@ class TranslationTemplate:
     def defaults(self) -> dict[str, Any]:
         return {name: knob.values[0] for name, knob in self.knobs.items()}
 
-    def describe(self, params: dict[str, Any]) -> str:
+    def describe(self, params: Mapping[str, Any]) -> str:
         return " ".join([self.name, *(f"{k}={params[k]}" for k in self.knobs)])
 
-    def render(self, params: dict[str, Any]) -> str:
+    def render(self, params: Mapping[str, Any]) -> str:
         params = {**self.defaults(), **params}  # a knob left out keeps its default
         if params["pointwise_kernel"] and (kernel := pointwise_kernel(self.loaded.module, self.loaded.analysis)):
             return kernel

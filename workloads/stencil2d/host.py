@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -465,7 +465,7 @@ class HostStencilHarness:
         rng = np.random.default_rng([seed, n, self.distributions.index(distribution)])
         weights = draw_weights(self.radius, rng)
         if distribution == "uniform":
-            return {"field": rng.uniform(*FIELD_RANGE, size=(n, n)), "weights": weights}
+            return {"field": rng.uniform(*cast("tuple[float, float]", FIELD_RANGE), size=(n, n)), "weights": weights}
         fraction, low, high = SPIKES
         field = np.zeros(n * n)
         spikes = rng.choice(n * n, size=max(n * n // round(1 / fraction), 1), replace=False)

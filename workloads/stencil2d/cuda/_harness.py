@@ -111,7 +111,7 @@ class CudaStencilHarness:
         n = case["n"]
         state = np.random.SeedSequence([seed, n, self.distributions.index(distribution)]).generate_state(1)[0]
         generator = torch.Generator(device="cuda").manual_seed(int(state))
-        options = {"dtype": torch.float64, "device": "cuda"}
+        options: dict[str, Any] = {"dtype": torch.float64, "device": "cuda"}
         if distribution == "uniform":
             field = torch.rand(n, n, generator=generator, **options) * 2 - 1
         else:
