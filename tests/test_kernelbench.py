@@ -748,3 +748,19 @@ def test_a_forward_that_lowers_to_too_many_operators_gets_no_seed_and_says_why(t
     w = task_checkout(tmp_path, 3, "1_Causal_attention", ATTENTION_TASK)
     source, reason = w.translated_seed(w.tasks()[0])
     assert source is None and "ATen operators (more than 3 to compile)" in reason
+
+
+def test_an_input_passed_by_keyword_is_translated(tmp_path):
+    """torch.fx keeps the keyword of `torch.softmax(input=x, dim=1)`: the seed read the input as None
+    (`at::softmax(None, 1)`) and did not compile."""
+    w = one_task_checkout(
+        tmp_path,
+        1,
+        "1_Keywords",
+        init="self.scale = 2.0",
+        forward="return torch.dropout(input=torch.softmax(input=x, dim=1), p=0.0, train=False)",
+        inputs="torch.rand(4, 8)",
+    )
+    [task] = w.tasks()
+    source, _, _ = w.seed(task, "cuda")
+    assert "auto v1 = at::softmax(x, 1);\n    auto v2 = v1;" in source, source  # dropout with p = 0: the same tensor

@@ -8,11 +8,14 @@ import math
 import operator
 import re
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hiera_workloads.kernelbench import fusion
 from hiera_workloads.kernelbench.analysis import TaskAnalysis, meta_inputs, meta_model, one_line
 from hiera_workloads.kernelbench.contract import declaration, state_aliases
+
+if TYPE_CHECKING:
+    Pointwise = tuple[Any, fusion.Step]  # what `pointwise_step` finds: the tensor an operator applies to, its step
 
 
 class NoTranslation(Exception):
@@ -36,7 +39,7 @@ LOSS_DEFAULTS = {
 }
 """Keyword arguments that torch.fx records with their default values: dropped, as if not given."""
 
-ALIASES = {
+ALIASES: dict[str | None, str] = {  # looked up with None too: a function `_function_names` does not name
     "multiply": "mul",
     "subtract": "sub",
     "divide": "div",
@@ -441,7 +444,8 @@ class _Emitter:
         unused = {self.names[n] for n in self.constants} - used
         body = "\n".join(line for line in lines if line.split(" = ")[0].split()[-1] not in unused)
         kernels = "".join(
-            fusion.kernel_source(k, [self.pointwise_step(node)[1] for node in chain]) for k, chain in enumerate(chains)
+            fusion.kernel_source(k, [cast("Pointwise", self.pointwise_step(node))[1] for node in chain])
+            for k, chain in enumerate(chains)
         )
         fused = f"{fusion.PRELUDE}{kernels}" if chains else ""
         return f"""\
@@ -483,7 +487,8 @@ class _Emitter:
                 and _shape(node) == _shape(found[0])
             ):  # operands broadcast to the
                 steps[node] = found  # value, not it to them (level 2 task 51: [2048, 1] + [2048, 8192])
-        chains, member = [], {}
+        chains: list[list[Any]] = []
+        member: dict[Any, list[Any]] = {}
         for node, (main, _) in steps.items():
             if main in member and len(main.users) == 1:
                 member[main].append(node)
@@ -548,6 +553,7 @@ class _Emitter:
             main, other, main_first = (a, b, True) if hasattr(a, "op") else (b, a, False)
             if main_first and hasattr(b, "op") and not self._extends_chain(a) and self._extends_chain(b):
                 main, other, main_first = b, a, False  # x * sigmoid(x): the chain runs through sigmoid
+            tensors: tuple[Any, ...]
             if other is main:
                 operand, tensors = "{v}", ()
             elif isinstance(self.constants.get(other), float):  # a number the forward made a 0-dim tensor of
@@ -592,8 +598,8 @@ class _Emitter:
         return None
 
     def fused_call(self, index: int, chain: list[Any]) -> tuple[str, str]:
-        head, _ = self.pointwise_step(chain[0])
-        operands = [t for node in chain for t in self.pointwise_step(node)[1].tensors]
+        head, _ = cast("Pointwise", self.pointwise_step(chain[0]))  # a chain's members are pointwise
+        operands = [t for node in chain for t in cast("Pointwise", self.pointwise_step(node))[1].tensors]
         return f"pointwise_{index}({self.arg(head)}, {{{', '.join(self.arg(t) for t in operands)}}})", "new"
 
     def arg(self, value: Any) -> str:
@@ -634,7 +640,7 @@ class _Emitter:
             return UNARY[name].format(x=a(args[0])), "view" if name in VIEWS else "new"
         if name in BINARY and len(args) == 2 and not kwargs:
             return BINARY[name].format(a=a(args[0]), b=a(args[1])), "new"
-        x = a(args[0]) if args else None
+        x = a(args[0]) if args else a(kwargs["input"]) if "input" in kwargs else None  # torch.fx keeps `input=x`
         if name in ("softmax", "log_softmax"):
             b = _bind(args, kwargs, ["input", "dim"], {"dim": None})
             return f"at::{name}({x}, {lit(b['dim'])})", "new"
@@ -678,7 +684,7 @@ class _Emitter:
         if name == "dropout":
             b = _bind(args, kwargs, ["input", "p", "training", "inplace"], {"p": 0.5, "training": True})
             if b["p"] == 0 or not b["training"]:
-                return x, "view"
+                return cast(str, x), "view"  # `input` is bound: x is it
             return f"at::dropout({x}, {lit(float(b['p']))}, true)", "new"
         if name in ("tril", "triu"):
             b = _bind(args, kwargs, ["input", "diagonal"], {"diagonal": 0})
@@ -753,7 +759,7 @@ class _Emitter:
             if source_kind == "sizes" and isinstance(args[1], int):
                 return f"{x}[{args[1] if args[1] >= 0 else f'{x}.size() - {-args[1]}'}]", "int"
             if source_kind in TENSOR_KINDS:
-                return self.indexed(x, args[1]), "view"
+                return self.indexed(cast(str, x), args[1]), "view"  # args[1]: x is args[0]'s
             raise NoTranslation("getitem")
         if name == "linear":
             b = _bind(args, kwargs, ["input", "weight", "bias"], {"bias": None})
@@ -923,7 +929,7 @@ class _Emitter:
                 f"{lit(float(mod.p))}, {lit(float(mod.eps))}, {lit(mod.swap)}, at::Reduction::{reduction})"
             ), "new"
         if kind in ("LSTM", "GRU"):
-            if len(args) < 2 or args[1] is None or getattr(mod, "proj_size", 0):
+            if len(args) < 2 or args[1] is None or cast(int, getattr(mod, "proj_size", 0)):  # cast: else mypy wants a bool
                 raise NoTranslation(f"nn.{kind} without an initial state, or with proj_size")
             weights = ", ".join(self.state[f"{path}.{n}" if path else n] for n in mod._flat_weights_names)
             flags = (
