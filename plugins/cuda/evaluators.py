@@ -119,7 +119,7 @@ class CudaRunConfig:
     """Added to that judge's `timeout_s` for the compilation (minutes for a level 3 model)."""
     judges_per_gpu: int = attrs.field(default=6, validator=attrs.validators.ge(1))
     """Judges alive at once on the GPU, across the runs of this process (`judging.judge_slot`): one timing, the
-    others started ahead of their turn (each READY judge holds two CUDA contexts, ~1 GiB of the card). A candidate
+    others started ahead of their turn (each READY judge holds two CUDA contexts, 1.47 GiB of an H100). A candidate
     whose judge finds no place when its build starts has it started once a judge ends."""
 
 
@@ -150,10 +150,6 @@ class CudaRun:
     def start(self, job: EvalJob, *, wait: bool = False) -> StartedJudge | None:
         """Its judge, started while the candidate builds (`protocols.Evaluator.start`); None where
         `judges_per_gpu` are alive and `wait` is False."""
-        lock = gpu_lock_name(self.config.device)
-        slot = judge_slot(lock, self.config.judges_per_gpu, wait=wait)
-        if slot is None:
-            return None
         compile_baseline = self.config.compile_baseline and job.compiled_reference
         memory = int(self.config.memory_gib * 2**30)
         request = JudgeRequest(
@@ -170,7 +166,11 @@ class CudaRun:
             ),
         )
         timeout_s = self.config.timeout_s + (self.config.compile_baseline_timeout_s if compile_baseline else 0.0)
-        return StartedJudge(
+        lock = gpu_lock_name(self.config.device)
+        slot = judge_slot(lock, self.config.judges_per_gpu, wait=wait)
+        if slot is None:
+            return None
+        return StartedJudge(  # which gives the place back when its judge ends, or fails to start
             "hiera_plugins.cuda.judge",
             request,
             workdir=job.workdir,
