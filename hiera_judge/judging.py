@@ -126,16 +126,20 @@ def allow_waits() -> None:
     _stopping.clear()
 
 
-def _take(handle: Any) -> None:
-    """The lock of `handle`, or `Interrupted` once the run is stopping."""
+def _take(handle: Any, *, behind: str | None = None) -> None:
+    """The lock of `handle`, or `Interrupted` once the run is stopping; `behind` a device's name: only while no
+    thread of this process waits for that device otherwise (a background holder)."""
     while True:
+        if behind is not None:
+            with _waiting:
+                _waiting.wait_for(lambda: _foreground[behind] == 0 or _stopping.is_set())
         if _stopping.is_set():
             raise Interrupted()
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            time.sleep(LOCK_POLL_S)
+            time.sleep(BACKGROUND_POLL_S if behind is not None else LOCK_POLL_S)
 
 
 @contextlib.contextmanager
@@ -148,16 +152,7 @@ def device_lock(name: str, *, background: bool = False):
     path = Path(tempfile.gettempdir()) / f"hiera-{name}.lock"  # a link there is refused, never followed
     with open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)) as handle:
         if background:
-            while True:
-                with _waiting:
-                    _waiting.wait_for(lambda: _foreground[name] == 0 or _stopping.is_set())
-                if _stopping.is_set():
-                    raise Interrupted()
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    time.sleep(BACKGROUND_POLL_S)
+            _take(handle, behind=name)
         else:
             with _waiting:
                 _foreground[name] += 1
