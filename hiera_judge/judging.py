@@ -115,10 +115,16 @@ _stopping = threading.Event()
 
 
 def interrupt_waits() -> None:
-    """From now on, every wait of this process for a device (`device_lock`) or a judge's place (`judge_slot`) ends in
-    `Interrupted`: a stopping run ends once the judges already judging have answered, not after every candidate
-    waiting for the device has had its turn."""
+    """From now on, every wait of this process for a device (`device_lock`), a judge's place (`judge_slot`) or a
+    judge's start-up (`StartedJudge`), and every build or profile that asks `stopping` (`sandbox.run_sandboxed`),
+    ends in `Interrupted`: a stopping run ends once the judges already judging have answered, not after every
+    candidate under way has been built and had its turn on the device (a suite of four runs took minutes)."""
     _stopping.set()
+
+
+def stopping() -> bool:
+    """Whether the run is stopping (`interrupt_waits`): a build or a profile under way is killed and not recorded."""
+    return _stopping.is_set()
 
 
 def allow_waits() -> None:
@@ -376,7 +382,7 @@ class StartedJudge:
         closes its output: its last line ("" if none) and its exit status (None if it had not ended `ENDING_S`
         later); or why it gave none."""
         box = self.box
-        said = _read_until(box, READY, self.timeout_s, self.unread)
+        said = _read_until(box, READY, self.timeout_s, self.unread, stop=stopping)
         if isinstance(said, tuple) and said[1]:
             with self.device_lock or contextlib.nullcontext():
                 with contextlib.suppress(BrokenPipeError):  # it died waiting: what it printed and how it ended say why
@@ -394,12 +400,17 @@ class StartedJudge:
 
 
 def _read_until(
-    box: sandbox.Sandboxed, marker: str | None, timeout_s: float, unread: bytearray
+    box: sandbox.Sandboxed,
+    marker: str | None,
+    timeout_s: float,
+    unread: bytearray,
+    *,
+    stop: Callable[[], bool] | None = None,
 ) -> tuple[str, bool] | TimedOut | Crashed:
     """The last non-blank line the judge prints before `marker` (or before it closes its output; "" if none), and
     whether the marker came; what came after the marker stays in `unread`. TimedOut at `timeout_s`, Crashed at a line
     longer than `ANSWER_LINE_BYTES`: everything killed, however much more it would print. A judge that answers before
-    READY (its runner never started) ends without it."""
+    READY (its runner never started) ends without it. `Interrupted` (the judge killed) once `stop` says so."""
     deadline = time.monotonic() + timeout_s
     fd = sandbox.piped(box.process.stdout).fileno()
     last = b""
@@ -417,11 +428,14 @@ def _read_until(
             if len(unread) > ANSWER_LINE_BYTES:
                 box.kill()
                 return Crashed(reason=f"the judge printed a line longer than {ANSWER_LINE_BYTES} bytes instead of an answer")
+            if stop is not None and stop():
+                box.kill()
+                raise Interrupted()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 box.kill()
                 return TimedOut(limit_s=timeout_s)
-            if selector.select(remaining):
+            if selector.select(min(remaining, sandbox.STOP_POLL_S) if stop is not None else remaining):
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     last = bytes(unread).strip() or last

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -508,10 +508,16 @@ def _start(
 @attrs.frozen(kw_only=True)
 class IsolatedResult:
     returncode: int | None
-    """The exit status; negative for a signal (as subprocess reports it); None when killed on time-out."""
+    """The exit status; negative for a signal (as subprocess reports it); None when killed on time-out or stopped."""
     stdout: str
     stderr: str
     timed_out: bool
+    stopped: bool = False
+    """Killed because the run is stopping (`stop`): what it made is not a result."""
+
+
+STOP_POLL_S = 0.1
+"""How often `run_sandboxed` asks its `stop` whether to end the command early."""
 
 
 def run_sandboxed(
@@ -527,9 +533,11 @@ def run_sandboxed(
     file_bytes: int | None = None,
     log_bytes: int = 16 << 20,
     hide_outside: bool = False,
+    stop: Callable[[], bool] | None = None,
 ) -> IsolatedResult:
     """Run `command` (a compiler, a profiler) in a sandbox where `cwd` and `writable` can be written (and
-    `readable` must be seen); kill everything in it on time-out.
+    `readable` must be seen); kill everything in it on time-out, or as soon as `stop` says so (checked every
+    `STOP_POLL_S`; the result is then `stopped`).
 
     `memory_bytes` limits the sandbox's cgroup and every process in it (RLIMIT_DATA, so it holds without a
     cgroup too); `file_bytes` every file it writes (RLIMIT_FSIZE). Of stdout and stderr each, at most
@@ -555,21 +563,29 @@ def run_sandboxed(
     )
     pipes = [BoundedPipe(box.process.stdout, log_bytes), BoundedPipe(box.process.stderr, log_bytes)]
     threading.Thread(target=_feed, args=(box.process.stdin, stdin.encode()), daemon=True).start()
+    deadline = time.monotonic() + timeout_s
+    timed_out = stopped = False
     try:
-        box.process.wait(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        while box.process.poll() is None:
+            if stop is not None and stop():
+                stopped = True
+                break
+            if (remaining := deadline - time.monotonic()) <= 0:
+                timed_out = True
+                break
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                box.process.wait(timeout=min(remaining, STOP_POLL_S) if stop is not None else remaining)
     finally:
         box.kill()
     box.process.wait()
     for pipe in pipes:
         pipe.join(timeout=10)
     return IsolatedResult(
-        returncode=None if timed_out else box.process.returncode,
+        returncode=None if timed_out or stopped else box.process.returncode,
         stdout=pipes[0].text(),
         stderr=pipes[1].text(),
         timed_out=timed_out,
+        stopped=stopped,
     )
 
 

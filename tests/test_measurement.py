@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 import types
 from pathlib import Path
 
@@ -15,11 +17,12 @@ import pytest
 from hiera_core import hookimpl, records
 from hiera_core.agents.feedback import profile_summary
 from hiera_core.config import load_config
-from hiera_core.engine import Engine, create_run, evaluate_source, standing
+from hiera_core.engine import Engine, create_run, evaluate_source, roofline_for, standing
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.records import beats
 from hiera_core.session import Session
 from hiera_core.store import RunStore
+from hiera_judge import judging
 
 
 def measured(ms: float, spread: float = 0.0, repeats: int = 50) -> records.Measured:
@@ -447,6 +450,39 @@ if "BREAK_THE_BUILD" in pathlib.Path(sys.argv[-3]).read_text():
     sys.exit("slow-cc: broken on purpose")
 sys.exit(subprocess.call(["cc", *sys.argv[1:]]))
 '''
+
+
+SLEEPY_CC = """#!/bin/sh
+# a compiler that takes a minute over a source marked SLOW_BUILD (the include listing, without -o, it leaves to cc)
+case " $* " in *" -o "*) for arg; do [ -f "$arg" ] && grep -q SLOW_BUILD "$arg" && exec sleep 60; done ;; esac
+exec cc "$@"
+"""
+
+
+def test_a_stopping_run_kills_the_build_under_way_and_records_nothing(tmp_path):
+    """Ctrl-C (or a call's limit) during a round's builds: on 2026-12-07 a GPU suite asked to stop with some forty
+    builds under way outlasted its 45 s of grace and was killed. The build is killed at once, nothing of it is
+    kept (a resumed run builds it again), and the judge started beside it is gone too."""
+    cc = tmp_path / "sleepy-cc"
+    cc.write_text(SLEEPY_CC)
+    cc.chmod(0o755)
+    config = load_config(
+        tmp_path, environ={}, cli={"arch": "host"}, overrides=["workload.stencil2d.host_n=32", f"arch.host.cc={cc}"]
+    )
+    session = Session.create(config, make_plugin_manager())
+    [template] = session.workload.templates(session.task, "host")
+    roofline_for(session)  # the machine's peaks, measured once
+    threading.Timer(1.0, judging.interrupt_waits).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(judging.Interrupted):
+            source = template.render(template.defaults()) + "\n/* SLOW_BUILD */\n"
+            evaluate_source(session, source, space="pure_cuda", workdir=tmp_path / "run")
+    finally:
+        judging.allow_waits()
+    assert time.monotonic() - started < 5
+    assert _running_in(tmp_path / "run") == []
+    assert not list((tmp_path / "run").glob("*/build.log")) and not list((tmp_path / "run").glob("*/judge.log"))
 
 
 def _running_in(root: Path) -> list[str]:

@@ -36,6 +36,7 @@ import attrs
 import hiera_core
 from hiera_core import EvalJob
 from hiera_core.records import content_id
+from hiera_judge import judging
 from hiera_judge.sandbox import (
     COMPILER_FILE_BYTES,
     COMPILER_LOG_BYTES,
@@ -156,7 +157,10 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
             file_bytes=COMPILER_FILE_BYTES,
             log_bytes=COMPILER_LOG_BYTES,
             hide_outside=True,
+            stop=judging.stopping,
         )
+        if result.stopped:  # the run is stopping: nothing is kept, a resumed run builds it again
+            raise judging.Interrupted()
         includes = json.loads((build_dir / INCLUDES).read_text()) if (build_dir / INCLUDES).is_file() else {}
         if includes.get("error") or (result.returncode == SANDBOX_FAILED and "hiera sandbox:" in result.stderr):
             raise RuntimeError(includes.get("error") or result.stderr.strip().splitlines()[-1])  # hiera's, not the candidate's

@@ -13,7 +13,7 @@ import attrs
 
 from hiera_core import Built, EvalJob, StagePassed
 from hiera_core.records import CompileFailed, Evaluation, Measured, Profile, StaticRejected
-from hiera_judge.judging import StartedJudge, device_lock
+from hiera_judge.judging import Interrupted, StartedJudge, device_lock, stopping
 from hiera_judge.messages import Judged, JudgeRequest
 from hiera_judge.sandbox import (
     COMPILER_LOG_BYTES,
@@ -71,8 +71,9 @@ class HostCompile:
             memory_bytes=int(self.config.memory_gib * 2**30),
             file_bytes=limit,
             hide_outside=True,
+            stop=stopping,
         )
-        _fault_of_hiera(done)
+        _not_the_candidates(done)
         if done.timed_out:
             return CompileFailed(log=f"compiler timed out after {self.config.timeout_s:.0f} s", compile_s=self.config.timeout_s)
         elapsed = time.perf_counter() - started
@@ -105,8 +106,9 @@ class HostCompile:
             file_bytes=COMPILER_LOG_BYTES * 16,
             log_bytes=COMPILER_LOG_BYTES,
             hide_outside=True,
+            stop=stopping,
         )
-        _fault_of_hiera(done)
+        _not_the_candidates(done)
         if done.timed_out or (done.returncode or 0) < 0 or "out of memory" in done.stderr:
             why = f"did not end within {timeout_s:.0f} s" if done.timed_out else "ran out of its memory or was killed"
             return StaticRejected(
@@ -121,8 +123,12 @@ class HostCompile:
         return None
 
 
-def _fault_of_hiera(done: IsolatedResult) -> None:
-    """A sandbox that could not start its command is the machine's fault, never the candidate's."""
+def _not_the_candidates(done: IsolatedResult) -> None:
+    """Raised where the result says nothing of the candidate: the run is stopping (`Interrupted`: the candidate is
+    built again when it resumes), or the sandbox could not start its command (the machine's fault, never the
+    candidate's)."""
+    if done.stopped:
+        raise Interrupted()
     if done.returncode == SANDBOX_FAILED and "hiera sandbox:" in done.stderr:
         raise RuntimeError(done.stderr.strip().splitlines()[-1])
 

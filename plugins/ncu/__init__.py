@@ -13,6 +13,7 @@ import attrs
 from hiera_core import EvalJob, StagePassed, hookimpl
 from hiera_core.config import ConfigError
 from hiera_core.records import Evaluation
+from hiera_judge import judging
 from hiera_judge.judging import device_lock
 from hiera_judge.sandbox import describe_exit, run_sandboxed, runner_command
 from hiera_plugins.cuda.architecture import gpu_lock_name
@@ -91,7 +92,10 @@ class NcuProfile:
                     readable=[job.workdir, job.library.parent],
                     timeout_s=self.config.timeout_s,
                     stdin=json.dumps(request),
+                    stop=judging.stopping,
                 )
+            if result.stopped:  # the run is stopping: the parent is profiled when it resumes
+                raise judging.Interrupted()
         finally:  # ncu's own files (its section files, ~2 MB, under HOME) and the runner's: none is the record's
             shutil.rmtree(scratch, ignore_errors=True)
         (job.workdir / "ncu.log").write_text(result.stdout[-200_000:] + result.stderr[-20_000:])
