@@ -69,6 +69,12 @@ LARGE_PLACE_BYTES = 2**30
 """A place at least this large (inputs and output) makes the judge hand its references' memory back to the device
 after every checked batch (`torch.cuda.empty_cache`): it would otherwise stay in this process's cache, where the
 runner cannot use it."""
+JUDGE_ALLOCATOR = "max_split_size_mb:1024"
+"""The judge's own PyTorch allocator never splits a cached block of more than 1 GiB to serve a smaller request, so
+a large free block stays whole for the next large one or goes back to the device. Split, on the H100 (2026-12-07),
+KernelBench level 1 task 4 (8 GiB of inputs, a 16 GiB FP64 reference) failed 4 of its 12 candidates' judges: 16 GiB
+cached but free in blocks split by 8 GiB inputs, which neither its 16 GiB reference nor a release could use. The
+runner's (the candidate's) allocator is left as PyTorch sets it."""
 PLACE_ALIGN = 2**21
 STAGGER = 2**16
 """Each input place starts this much further past a 2 MiB boundary than the one before (the output places do
@@ -110,6 +116,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(1)
+    torch.cuda.memory._set_allocator_settings(JUDGE_ALLOCATOR)  # this process's only: its runner starts from its environment
     torch.cuda.set_device(s.run.device)
     judging.raise_priority()
     runner = judging.Runner(
