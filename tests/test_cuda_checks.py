@@ -64,6 +64,15 @@ def test_runtime_space_rules():
     assert checks.runtime_space_violation(["sm90_xmma_gemm_f32f32_tf32f32"], [], 1) is None
     assert "ATen operators mm" in checks.runtime_space_violation([], ["mm", "empty"], 1)
     assert checks.runtime_space_violation([], ["mm"], 2) is None
+    # what torch::zeros and .contiguous() launch is admitted with them (task 15's candidates, H100, 2026-12-07)
+    fill = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, std::array<char*, 1ul> >(int)"
+    copy = (
+        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)"
+        "::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>(int)"
+    )
+    assert checks.runtime_space_violation([fill, copy], ["zeros", "contiguous"], 0) is None
+    add = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int)"
+    assert "CUDAFunctor_add" in checks.runtime_space_violation([fill, add], ["zeros"], 0)
 
 
 def test_a_pure_cuda_kernel_named_like_a_librarys_is_the_candidates_own(tmp_path):

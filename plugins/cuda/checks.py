@@ -115,6 +115,10 @@ OVERLOAD = re.compile(r"_(memory_format|names|out|Tensor|Scalar|dtype|device|dty
 LIBRARY_KERNELS = re.compile(r"cublas|cutlass|cudnn|xmma|gemm|gemv|cufft|at::native|void at::|sm90_", re.I)
 """Kernel names that come from vendor libraries or ATen, not from the candidate (unless its library defines them:
 `runtime_space_violation`)."""
+ALLOWED_OP_KERNELS = re.compile(r"at::native::\w*elementwise_kernel\b.*(?:at::native::FillFunctor<|direct_copy_kernel_cuda)")
+"""ATen's kernels for the operators every space admits (`ALLOWED_OPS`): `zeros`, `fill_` and `ones` fill, `copy_`,
+`contiguous` and `_to_copy` copy. KernelBench level 1 task 15 on an H100 (2026-12-07): two pure CUDA candidates that
+zeroed their output with `torch::zeros` were rejected for the fill kernel it launched."""
 LIBRARY_NAMESPACE = re.compile(r"\b(?:cublas\w*|cutlass|cute|cudnn\w*|cufft\w*|at)::")
 """A kernel in a library's namespace is the library's even where the candidate's library holds it (a header's template
 instantiated there)."""
@@ -209,14 +213,19 @@ def binary_space_violation(symbols: list[str], space_rank: int) -> str | None:
 
 
 def runtime_space_violation(kernels: list[str], ops: list[str], space_rank: int, own: frozenset[str] = frozenset()) -> str | None:
-    """Rank 0 runs only the candidate's own kernels and allocation; rank 1 adds library kernels. A kernel whose name
+    """Rank 0 runs only the candidate's own kernels and the admitted operators' (`ALLOWED_OP_KERNELS`); rank 1 adds
+    library kernels. A kernel whose name
     looks like a library's (`LIBRARY_KERNELS`: a pure CUDA kernel may well be called `gemv_finish_kernel`) is the
     candidate's own where its library defines it (`own`: `defined_functions`) outside a library's namespace."""
     compute_ops = [op for op in ops if op not in ALLOWED_OPS]
     if space_rank <= 1 and compute_ops:
         return f"it ran ATen operators {', '.join(compute_ops[:4])}, which this space does not admit"
     library = [
-        k for k in kernels if LIBRARY_KERNELS.search(k) and (kernel_base_name(k) not in own or LIBRARY_NAMESPACE.search(k))
+        k
+        for k in kernels
+        if LIBRARY_KERNELS.search(k)
+        and not ALLOWED_OP_KERNELS.search(k)
+        and (kernel_base_name(k) not in own or LIBRARY_NAMESPACE.search(k))
     ]
     if space_rank == 0 and library:
         return f"it launched library kernels ({library[0][:80]}), which this space does not admit"
