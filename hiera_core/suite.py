@@ -156,13 +156,14 @@ def _setting(stores: list[RunStore]) -> list[str]:
     configs = [s.manifest.config for s in stores]
     runs = [c.get("run", {}) for c in configs]
     archs = [r.get("arch", "") for r in runs]
-    timing = []
-    for config, arch in zip(configs, archs, strict=True):
-        stage = config.get("evaluator", {}).get(f"{arch}-run", {})
-        if stage:
-            timing.append(
-                ", ".join(f"{k}={v}" for k, v in sorted(stage.items()) if k != "device" and not k.endswith("timeout_s"))
-            )
+    stages = [config.get("evaluator", {}).get(f"{arch}-run", {}) for config, arch in zip(configs, archs, strict=True)]
+    stages = [{k: v for k, v in stage.items() if k != "device" and not k.endswith("timeout_s")} for stage in stages if stage]
+    timing = []  # each setting once: its values where the runs differ, how many runs have it where some predate it
+    for key in sorted(set().union(*stages)):
+        having = [stage[key] for stage in stages if key in stage]
+        timing.append(f"{key}={' or '.join(sorted({str(v) for v in having}))}")
+        if len(having) < len(stages):
+            timing[-1] += f" ({len(having)} of {len(stages)} runs)"
     budgets = [f"{r.get('rounds')} rounds x {r.get('population')}" for r in runs]
     models = [c.get("backend", {}).get(r.get("backend", ""), {}).get("model") for c, r in zip(configs, runs, strict=True)]
     tolerance = [
@@ -176,7 +177,7 @@ def _setting(stores: list[RunStore]) -> list[str]:
         f"{distinct(s.manifest.created_at[:10] for s in stores)}",
         f"- hardware: {distinct(s.manifest.hardware.get('model') for s in stores)} (architecture {distinct(archs)})",
         f"- dtype: {distinct(s.manifest.task.params.get('dtype') for s in stores)}; tolerance: {distinct(tolerance)}",
-        f"- timing: {distinct(timing)}",
+        f"- timing: {', '.join(timing) or '-'}",
         f"- planner: backend {distinct(r.get('backend') for r in runs)}, strategy {distinct(r.get('strategy', 'hiera') for r in runs)},"
         f" model {distinct(models)}; {distinct(budgets)} candidates",
     ]

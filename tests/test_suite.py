@@ -288,3 +288,22 @@ def test_runs_that_end_at_once_in_threads_each_write_their_figures(tmp_path):
     for t in threads:
         t.join()
     assert errors == [] and len(list(tmp_path.glob("*.png"))) == 48
+
+
+def test_the_report_states_each_timing_setting_once_and_which_runs_predate_one():
+    """A suite resumed across sessions holds runs made before a setting existed (the experiment's tasks 20 and 21
+    started after `judges_per_gpu`): each setting is said once, with its values where runs differ."""
+    from types import SimpleNamespace
+
+    from hiera_core.suite import _setting
+
+    def store(stage):
+        config = {"run": {"arch": "cuda", "rounds": 3, "population": 6}, "evaluator": {"cuda-run": stage}}
+        task = SimpleNamespace(workload="kernelbench", params={"dtype": "float32"})
+        return SimpleNamespace(manifest=SimpleNamespace(config=config, task=task, created_at="2026-12-07", hardware={}))
+
+    old, new = {"repeats": 100, "timeout_s": 60.0}, {"repeats": 100, "judges_per_gpu": 6, "device": 0}
+    [timing] = [line for line in _setting([store(old), store(old), store(new)]) if line.startswith("- timing")]
+    assert timing == "- timing: judges_per_gpu=6 (1 of 3 runs), repeats=100"
+    [timing] = [line for line in _setting([store(old), store({"repeats": 50})]) if line.startswith("- timing")]
+    assert timing == "- timing: repeats=100 or 50"
