@@ -580,7 +580,7 @@ class CudaJudge:
                 latency_p10_ms=verdict.latency_p10_ms,
                 latency_p90_ms=verdict.latency_p90_ms,
                 repeats=sum(b.calls for b in batches),
-                reference_latency_ms=statistics.median(reference_times) if reference_times else s.reference_ms,
+                reference_latency_ms=s.reference_ms if s.reference_ms is not None else statistics.median(reference_times),
                 max_abs_error=largest,
                 checks=labels,
                 timing_bound=verdict.reason + (f"; {busy} batches redone: the GPU was busy after the reply" if busy else ""),

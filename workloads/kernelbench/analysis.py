@@ -92,6 +92,14 @@ class Argument:
     dtype: str | None = None
     value: Any = None
     """A scalar's value in `get_inputs()`."""
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """A tensor argument's shape (a scalar has none: asking is a bug)."""
+        if self.shape is None:
+            raise ValueError(f"argument {self.name} is a scalar: it has no shape")
+        return self.shape
+
     position: int = -1
     """Where a forward argument sits in `get_inputs()`; -1 for state."""
 

@@ -4,6 +4,7 @@ the parameters' semantics, as the paper generates them."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hiera_core.records import Contract, Task
 from hiera_workloads.kernelbench.analysis import INIT_SEED, Argument, TaskAnalysis
@@ -57,7 +58,7 @@ def _describe(a: Argument) -> str:
     if a.role == "scalar":
         return f"`{a.name}`: {a.cpp_type} forward argument `{a.source}` (called with {a.value!r})"
     where = f"forward argument `{a.source}`" if a.role == "input" else f"the model's {a.role} `{a.source}`"
-    return f"`{a.name}`: {a.dtype} CUDA tensor of shape {list(a.shape)}, {where}"
+    return f"`{a.name}`: {a.dtype} CUDA tensor of shape {list(a.dims)}, {where}"
 
 
 def _interface(task: Task, analysis: TaskAnalysis) -> str:
@@ -197,21 +198,21 @@ def params_semantics(analysis: TaskAnalysis) -> dict:
     arguments = []
     tensors = analysis.tensor_arguments
     for a in analysis.arguments:
-        entry = {"name": a.name, "role": a.role, "source": a.source}
+        entry: dict[str, Any] = {"name": a.name, "role": a.role, "source": a.source}
         if a.role == "scalar":
             entry |= {"type": a.cpp_type, "value": a.value, "constraints": ["fixed by get_inputs(); bound as the default"]}
         else:
             entry |= {
-                "shape": list(a.shape),
+                "shape": list(a.dims),
                 "dtype": a.dtype,
                 "constraints": [f"{a.dtype}", "CUDA", "contiguous", "read-only"],
                 "dependencies": [
                     f"{a.name}.shape[{i}] == {b.name}.shape[{j}] == {size}"
-                    for i, size in enumerate(a.shape)
+                    for i, size in enumerate(a.dims)
                     if size > 1
                     for b in tensors
                     if b is not a
-                    for j, other in enumerate(b.shape)
+                    for j, other in enumerate(b.dims)
                     if other == size and (b.role != a.role or b.role == "input")
                 ],
             }

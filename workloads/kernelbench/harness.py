@@ -79,7 +79,7 @@ class KernelBenchHarness:
         return REMEASURE_SEEDS if remeasure else CHECK_SEEDS
 
     def correctness_cases(self, remeasure: bool) -> list[dict[str, Any]]:
-        shapes = ", ".join(str(list(a.shape)) for a in self.analysis.arguments if a.role == "input")
+        shapes = ", ".join(str(list(a.dims)) for a in self.analysis.arguments if a.role == "input")
         return [{"label": f"KernelBench shape {shapes}", "first_seed_only": self.large}]
 
     def timing_case(self) -> dict[str, Any]:
