@@ -23,6 +23,8 @@ supplies the semantics.
 from __future__ import annotations
 
 import base64
+import collections
+import contextlib
 import functools
 import itertools
 import json
@@ -272,6 +274,9 @@ class CudaJudge:
         self.cold_start = ColdStart()
         self.probe_tensor = torch.zeros(1, device="cuda")
         self.phases: dict[str, float] = {}
+        self.steps: collections.defaultdict[str, float] = collections.defaultdict(float)
+        """Seconds of the timing phase by step (`spending`), for the judge's log: where a batch's time goes besides
+        the calls (a 6 GiB task took 23 s for 100 calls of 5 ms on an H100, 2026-12-07)."""
         self.clock_parts: list[list[float]] = []
         self.last = time.perf_counter()
         self.call_seed = getattr(harness, "call_seed", None)
@@ -279,6 +284,15 @@ class CudaJudge:
         self.factor = getattr(harness, "pytorch_error_factor", None)
         self.current = ""
         """The call the candidate is in (`judging.describe_call`), named in its `Crashed` record if it dies there."""
+
+    @contextlib.contextmanager
+    def spending(self, step: str):
+        """The block's seconds, its GPU work done, added to `steps[step]` (outside the judge's clock: a batch's
+        timed window lies inside `batch` and `null_batch`, which end synchronized anyway)."""
+        started = time.perf_counter()
+        yield  # a block that raises is not counted: its error stays the one raised
+        torch.cuda.synchronize()
+        self.steps[step] += time.perf_counter() - started
 
     def mark(self, phase: str) -> None:
         now = time.perf_counter()
@@ -493,8 +507,10 @@ class CudaJudge:
             inputs = [functools.partial(h.make_inputs, timing_case, seed, distribution) for seed, distribution in draws]
             self.current = f"timed calls {count}-{count + n - 1}: a batch on fresh inputs ({judging.describe_call(timing_case, *draws[0])}, ...)"
             for _attempt in range(s.run.timing_attempts + 1):
-                paired, _ = self.batch([make_sample] * n, timing_reference, null=True)
-                batch, placed = self.batch(inputs, timing_reference)
+                with self.spending("null_batch"):
+                    paired, _ = self.batch([make_sample] * n, timing_reference, null=True)
+                with self.spending("batch"):
+                    batch, placed = self.batch(inputs, timing_reference)
                 if batch is not None:
                     batch = attrs.evolve(batch, null_ms=paired.wall_ms if paired is not None else None)
                     break
@@ -513,21 +529,26 @@ class CudaJudge:
                 chosen.add(n - 1)
             for k in sorted(chosen):  # the same inputs again, from their draw: a batch holds no copy of them
                 views, target = placed[k]
-                again = inputs[k]()
-                largest = max(
-                    largest,
-                    self.check(f"timed call {first + k} (fresh inputs)", again, views, target, h.reference(timing_case, again)),
-                )
+                with self.spending("check_inputs"):
+                    again = inputs[k]()
+                with self.spending("check_reference"):
+                    reference = h.reference(timing_case, again)
+                with self.spending("check_compare"):
+                    largest = max(largest, self.check(f"timed call {first + k} (fresh inputs)", again, views, target, reference))
                 checked += 1
             if self.in_stride + self.out_stride >= LARGE_PLACE_BYTES:
-                torch.cuda.empty_cache()  # a large task's references go back to the device at once
+                with self.spending("empty_cache"):
+                    torch.cuda.empty_cache()  # a large task's references go back to the device at once
             views_in = [views for views, _ in placed]
-            if s.reference_ms is None and (
-                len(reference_times) < s.run.min_reference_repeats or sum(reference_times) < budget_ms
-            ):
-                reference_times.extend([self.judge_batch(self.baseline, views_in)] * n)
-            if compiled is not None and (len(compiled_times) < s.run.min_reference_repeats or sum(compiled_times) < budget_ms):
-                compiled_times.extend([self.judge_batch(compiled, views_in)] * n)
+            with self.spending("reference_timing"):
+                if s.reference_ms is None and (
+                    len(reference_times) < s.run.min_reference_repeats or sum(reference_times) < budget_ms
+                ):
+                    reference_times.extend([self.judge_batch(self.baseline, views_in)] * n)
+                if compiled is not None and (
+                    len(compiled_times) < s.run.min_reference_repeats or sum(compiled_times) < budget_ms
+                ):
+                    compiled_times.extend([self.judge_batch(compiled, views_in)] * n)
             return batch
 
         warm = timed_batch(min(self.place_count, 4), last=False)  # sizes the first batch; not part of the figure
@@ -574,6 +595,7 @@ class CudaJudge:
         )
         self.mark("runtime_check")
         print(f"phases: {json.dumps(self.phases)}", file=sys.stderr, flush=True)
+        print(f"timing steps (s): {json.dumps({k: round(v, 3) for k, v in self.steps.items()})}", file=sys.stderr, flush=True)
         return Judged(
             measurement=Measured(
                 latency_ms=verdict.latency_ms,
@@ -623,7 +645,8 @@ class CudaJudge:
         kernel of its own comes back at once only when no other context has work queued: a reply before the work was
         done shows here) and copies every output from the runner's memory into its own places. (the `TimedBatch`,
         [(views, output place)]), or (None, []) when the GPU was still busy."""
-        first = inputs[0]()  # the shapes of every call's inputs (one timing case)
+        with self.spending("make_first_inputs"):
+            first = inputs[0]()  # the shapes of every call's inputs (one timing case)
         layouts = [self.layout(first, reference) for _ in inputs]
         calls = [CallOrder(case={}, inputs=views, output=out, null=null) for views, out in layouts]
         placed = []
@@ -634,10 +657,11 @@ class CudaJudge:
                     "the candidate's process left work on the GPU while its batch was being prepared"
                     " (before its inputs existed): that work would run outside the judge's clock"
                 )
-            for k, (make, (views, out)) in enumerate(zip(inputs, layouts, strict=True)):
-                placed.append((views, self.write(first if k == 0 or null else make(), views, out)))
-            self.cold_start.flush.zero_()  # L2 holds no input: every place's inputs are untouched until its call
-            torch.cuda.synchronize()
+            with self.spending("write_inputs"):
+                for k, (make, (views, out)) in enumerate(zip(inputs, layouts, strict=True)):
+                    placed.append((views, self.write(first if k == 0 or null else make(), views, out)))
+                self.cold_start.flush.zero_()  # L2 holds no input: every place's inputs are untouched until its call
+                torch.cuda.synchronize()
 
         reply, wall = self.runner.batch(BatchOrder(calls=calls, null=null), write, timeout_s=self.timeout_s * len(calls))
         if isinstance(reply, CallFailed):
@@ -652,7 +676,8 @@ class CudaJudge:
             return None, []
         elif probe > self.probe_limit_ms:  # the GPU was busy (or the judge slow): the wait counts as the candidate's
             wall += probe - self.probe_idle_ms
-        self.collect(reply.handles, reply.outputs, [target for _, target in placed])
+        with self.spending("collect_outputs"):
+            self.collect(reply.handles, reply.outputs, [target for _, target in placed])
         self.note_memory()
         return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), placed
 
