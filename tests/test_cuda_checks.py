@@ -355,3 +355,19 @@ def test_judges_alive_on_a_gpu_are_bounded_and_the_next_starts_when_one_ends(mon
     second.slot()
     waiting.join(5)
     assert not waiting.is_alive() and len(started) == 4
+
+
+def test_a_judge_out_of_gpu_memory_says_it_was_its_own_not_the_candidates(monkeypatch):
+    """KernelBench level 1 task 4 on an H100 (2026-12-07): the judge's 16 GiB FP64 reference did not fit, and four
+    candidates were recorded as crashing with CUDA's message; the model then forbade allocations in its next strategy."""
+    import torch
+
+    from hiera_plugins.cuda import judge
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (14 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 57 * 2**30)
+    error = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB. GPU 0 has a total capacity of 79 GiB")
+    reason = judge._own_out_of_memory(error)
+    assert reason.startswith("the judge ran out of GPU memory for its own work (asking 16.00 GiB)")
+    assert "it held 57.0 GiB" in reason and "other judges) 9.0 GiB" in reason and "14.0 GiB of 80.0 were free" in reason
+    assert "the candidate's call had not failed" in reason

@@ -30,6 +30,7 @@ import itertools
 import json
 import math
 import pickle
+import re
 import secrets
 import statistics
 import sys
@@ -140,6 +141,8 @@ def main() -> None:
         case = judge.current if judge else judging.STARTUP
         limit = s.run.call_timeout_s if judge else s.run.timeout_s
         result = TimedOut(limit_s=limit, case=case) if exc.timed_out else runner.crashed(str(exc), case=case, signal=exc.signal)
+    except torch.OutOfMemoryError as exc:  # the judge's own allocation: its inputs, a reference, a comparison
+        result = Crashed(reason=_own_out_of_memory(exc), case=judge.current if judge else "")
     except (RuntimeError, TypeError, ValueError) as exc:  # the harness on inputs a candidate broke, a CUDA error
         result = runner.crashed(
             f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:400]}", case=judge.current if judge else ""
@@ -147,6 +150,20 @@ def main() -> None:
     finally:
         runner.close()
     judging.answer(result)
+
+
+def _own_out_of_memory(exc: torch.OutOfMemoryError) -> str:
+    """Why a judge that ran out of GPU memory itself gives no verdict, said as the judge's, not as the candidate's
+    crash (KernelBench level 1 task 4 on an H100, 2026-12-07: four candidates were told their kernel ran out of memory,
+    and the model's next strategy forbade allocations that had nothing to do with it), with who held the memory."""
+    asked = re.search(r"Tried to allocate ([\d.]+ [KMGT]iB)", str(exc))
+    free, total = torch.cuda.mem_get_info()
+    own = torch.cuda.memory_reserved()
+    return (
+        f"the judge ran out of GPU memory for its own work{' (asking ' + asked.group(1) + ')' if asked else ''}:"
+        f" it held {_gib(own)} GiB, other processes (the candidate's among them, and other judges) {_gib(total - free - own)}"
+        f" GiB, {_gib(free)} GiB of {_gib(total)} were free; the candidate's call had not failed"
+    )
 
 
 def timed(cold_start: ColdStart, call) -> tuple[float, Any]:
