@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -173,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console(highlight=False, soft_wrap=True)
     try:
-        return args.handler(args, console)
+        with _stoppable():
+            return args.handler(args, console)
     except api.Paused as exc:
         print(f"hiera: {exc}", file=sys.stderr)
         return EXIT_PAUSED
@@ -184,9 +188,40 @@ def main(argv: list[str] | None = None) -> int:
     except HieraError as exc:  # UsageError, ConfigError, UnknownName, PluginError, RunDirError, BackendError, ExecutorError
         print(f"hiera: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("hiera: stopped (SIGTERM); `hiera resume RUN_DIR` continues the run", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("hiera: interrupted; `hiera resume RUN_DIR` continues the run", file=sys.stderr)
         return 130
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: a stop as Ctrl-C's (what finished is recorded, `hiera resume` goes on)."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _stoppable():
+    """SIGINT (Ctrl-C, `timeout -s INT`) and SIGTERM (`timeout`'s default, a batch system's time limit) stop a command
+    as Ctrl-C does, whatever hiera's parent left them: a script without job control starts its background commands
+    with SIGINT ignored (POSIX), and a GPU suite started so went on past its SIGINT to its kill (2026-12-07). The
+    handlers before are put back after the command (a program that calls `main` keeps its own)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:  # None: set outside Python, which cannot be put back
+                signal.signal(signum, handler)
 
 
 def _settings(args: argparse.Namespace, **run: Any) -> HieraConfig:

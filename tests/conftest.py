@@ -1,9 +1,15 @@
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+"""SIGINT stops the tests (pytest's summary, its exit status) even where the parent left it ignored, as a script
+without job control does for its background commands: research/gpu_tests.sh's pytest on the lent GPU machine went on
+past its SIGINT to the call's end (2026-12-07)."""
 
 HIERA = Path(sys.executable).with_name("hiera")
 PLUGINS = Path(__file__).parent / "plugins"

@@ -307,3 +307,54 @@ def test_the_report_states_each_timing_setting_once_and_which_runs_predate_one()
     assert timing == "- timing: judges_per_gpu=6 (1 of 3 runs), repeats=100"
     [timing] = [line for line in _setting([store(old), store({"repeats": 50})]) if line.startswith("- timing")]
     assert timing == "- timing: repeats=100 or 50"
+
+
+SLEEPY_CC = """#!/bin/sh
+# builds of the suite's candidates take a minute, marked in their own folder; other compiles (the peaks) are cc's
+case " $* " in *" -o "*) for arg; do case "$arg" in */batch/*) touch sleepy-build; exec sleep 60 ;; esac; done ;; esac
+exec cc "$@"
+"""
+
+
+def _working_in(root: Path) -> list[str]:
+    """The processes (that this one may inspect) working in a folder under `root`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")).is_relative_to(root.resolve()):
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_suite_stops_at_once_on_sigint_or_sigterm_even_started_with_sigint_ignored(tmp_path, signum, code):
+    """On the lent GPU machine (2026-12-07) two suites went on past the SIGINT of `timeout -s INT` to their kill: a
+    script without job control starts its background commands with SIGINT ignored. Whatever hiera inherits, SIGINT
+    and SIGTERM stop it as Ctrl-C does, the builds under way killed with it."""
+    cc = tmp_path / "sleepy-cc"
+    cc.write_text(SLEEPY_CC)
+    cc.chmod(0o755)
+    command = [str(HIERA), "run", *TWO_TASKS, "--all-tasks", "--run-dir", "batch", "--set", "executor.local.runs=2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGINS), os.environ.get("PYTHONPATH")]))}
+    suite = subprocess.Popen(
+        [*command, "--set", f"arch.host.cc={cc}"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as a script's background command has it
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("batch/**/sleepy-build")) and suite.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob("batch/**/sleepy-build")), suite.communicate()
+    suite.send_signal(signum)
+    asked = time.monotonic()
+    _, stderr = suite.communicate(timeout=60)
+    assert suite.returncode == code, stderr
+    assert time.monotonic() - asked < 15, "the builds went on after the stop"
+    assert _working_in(tmp_path / "batch") == []
