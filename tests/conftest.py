@@ -55,3 +55,15 @@ def hiera(tmp_path):
         return run_hiera(*args, cwd=tmp_path, env=env, timeout=timeout)
 
     return call
+
+
+def running_in(root: Path) -> list[str]:
+    """The processes (that this one may inspect) working in a folder under `root`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")).is_relative_to(root.resolve()):
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+from conftest import running_in
 
 from hiera_core import hookimpl, records
 from hiera_core.agents.feedback import profile_summary
@@ -481,20 +482,8 @@ def test_a_stopping_run_kills_the_build_under_way_and_records_nothing(tmp_path):
     finally:
         judging.allow_waits()
     assert time.monotonic() - started < 5
-    assert _running_in(tmp_path / "run") == []
+    assert running_in(tmp_path / "run") == []
     assert not list((tmp_path / "run").glob("*/build.log")) and not list((tmp_path / "run").glob("*/judge.log"))
-
-
-def _running_in(root: Path) -> list[str]:
-    """The processes (that this one may inspect) working in a folder under `root`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")).is_relative_to(root.resolve()):
-                found.append(proc.name)
-        except OSError:
-            continue
-    return found
 
 
 @pytest.mark.slow
@@ -519,5 +508,5 @@ def test_a_judge_starts_while_its_candidate_compiles_and_a_broken_build_leaves_n
     _, broken = evaluate_source(session, source + "\n/* BREAK_THE_BUILD */\n", space="pure_cuda", workdir=tmp_path / "broken")
     assert isinstance(broken, records.CompileFailed), broken
     assert [m.read_text() for m in (tmp_path / "broken").glob("*/judge-seen-while-compiling")] == ["True"]
-    assert _running_in(tmp_path / "broken") == []
+    assert running_in(tmp_path / "broken") == []
     assert not list((tmp_path / "broken").glob("*/judge.log")) and not list((tmp_path / "broken").glob("*/scratch"))

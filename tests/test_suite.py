@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HIERA, PLUGINS, run_hiera
+from conftest import HIERA, PLUGINS, run_hiera, running_in
 
 from hiera_core import records
 from hiera_core.store import RunStore
@@ -316,18 +316,6 @@ exec cc "$@"
 """
 
 
-def _working_in(root: Path) -> list[str]:
-    """The processes (that this one may inspect) working in a folder under `root`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")).is_relative_to(root.resolve()):
-                found.append(proc.name)
-        except OSError:
-            continue
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_a_suite_stops_at_once_on_sigint_or_sigterm_even_started_with_sigint_ignored(tmp_path, signum, code):
@@ -357,4 +345,4 @@ def test_a_suite_stops_at_once_on_sigint_or_sigterm_even_started_with_sigint_ign
     _, stderr = suite.communicate(timeout=60)
     assert suite.returncode == code, stderr
     assert time.monotonic() - asked < 15, "the builds went on after the stop"
-    assert _working_in(tmp_path / "batch") == []
+    assert running_in(tmp_path / "batch") == []
