@@ -335,6 +335,9 @@ class StartedJudge:
             sandbox.piped(self.box.process.stdin).flush()
         except BrokenPipeError:
             pass  # it ended at once: `evaluate` reports how
+        except BaseException:  # Ctrl-C while the request went out: the judge and its place go with it
+            self._stop()
+            raise
 
     def evaluate(self, job: Any) -> Any:
         """The stage's result for `job`, whose library is built: the judge's verdict."""
