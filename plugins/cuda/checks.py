@@ -214,9 +214,9 @@ def binary_space_violation(symbols: list[str], space_rank: int) -> str | None:
 
 def runtime_space_violation(kernels: list[str], ops: list[str], space_rank: int, own: frozenset[str] = frozenset()) -> str | None:
     """Rank 0 runs only the candidate's own kernels and the admitted operators' (`ALLOWED_OP_KERNELS`); rank 1 adds
-    library kernels. A kernel whose name
-    looks like a library's (`LIBRARY_KERNELS`: a pure CUDA kernel may well be called `gemv_finish_kernel`) is the
-    candidate's own where its library defines it (`own`: `defined_functions`) outside a library's namespace."""
+    library kernels. A kernel whose name looks like a library's (`LIBRARY_KERNELS`: a pure CUDA kernel may well be
+    called `gemv_finish_kernel`) is the candidate's own where its library defines it (`own`: `defined_functions`)
+    outside a library's namespace."""
     compute_ops = [op for op in ops if op not in ALLOWED_OPS]
     if space_rank <= 1 and compute_ops:
         return f"it ran ATen operators {', '.join(compute_ops[:4])}, which this space does not admit"
