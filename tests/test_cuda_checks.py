@@ -307,12 +307,22 @@ def test_outputs_are_compared_in_chunks_with_the_same_verdict():
     bad[30, 1] += 1.0
     broken = good.clone()
     broken[36, 28] = float("nan")
+    infinite = good.clone()
+    infinite[0, 0] = float("inf")
+    large = reference.clone()  # one large value: its error is past atol x rms but inside its rtol share
+    large[3, 3] = 1e4
+    near = large.float()
+    near[3, 3] += 0.5
     for chunk in (7, 64, 10**6):
         error, first = max_error(good, reference, 1e-4, 1e-4, chunk=chunk)
         assert first is None and 0 < error < 1e-5
         error, first = max_error(bad, reference, 1e-4, 1e-4, chunk=chunk)
         assert first == 20 * 29 + 5 and error == pytest.approx(1.0, abs=1e-5)
         assert max_error(broken, reference, 1e-4, 1e-4, chunk=chunk)[1] == "non-finite"
+        assert max_error(infinite, reference, 1e-4, 1e-4, chunk=chunk)[1] == "non-finite"
+        assert max_error(near, large, 1e-4, 1e-4, chunk=chunk) == (pytest.approx(0.5, abs=1e-5), None)
+        assert max_error(near, large.float(), 1e-4, 1e-6, chunk=chunk)[1] is None  # FP32 on both sides
+        assert max_error(near, large, 1e-5, 1e-4, chunk=chunk)[1] == 3 * 29 + 3
 
 
 def test_judges_alive_on_a_gpu_are_bounded_and_the_next_starts_when_one_ends(monkeypatch):
