@@ -362,6 +362,10 @@ class Engine:
                 self._record_baseline(names[job.workdir], job, evaluated)
             else:
                 self._record(job, evaluated)
+        # the round's candidates in the order they were written, however the executor finished them: the next
+        # prompts list them so, the same in a run and in its resume (whose model requests are named by their text)
+        order = {c.id: k for k, c in enumerate(batch.candidates)}
+        self.history.sort(key=lambda entry: order.get(entry[0].id, -1))
         best = self.best()
         best_eval = self._evaluation_of(best)
         latency = best_eval.latency_ms if isinstance(best_eval, Measured) else None

@@ -171,6 +171,28 @@ def test_each_remeasurement_is_recorded_for_its_own_job_whatever_order_the_execu
 
 
 @pytest.mark.slow
+def test_a_round_reads_the_same_to_the_model_in_the_run_and_in_its_resume_whatever_order_its_results_came_in(tmp_path):
+    """The next prompts list a round's candidates in the order they were written: a run whose executor finished them
+    last first (KernelBench level 1 task 20 on an H100: three candidates in one GPU call, three in the next) and its
+    resume, which reads them back, ask the model the same question, so an answer given to one is the other's."""
+    config = load_config(
+        tmp_path,
+        environ={},
+        cli={"arch": "host", "rounds": 1, "population": 3},
+        overrides=["workload.stencil2d.host_n=48", "run.baselines=false", "run.finalists=1", 'run.executor="reversed"'],
+    )
+    pm = make_plugin_manager(extra_plugins=[ReversedPlugin()])
+    store = create_run(Session.create(config, pm), tmp_path / "run")
+    live = Engine(Session.create(config, pm), store)
+    live.optimize()
+    resumed = Engine(Session.create(config, pm), RunStore.open(tmp_path / "run"))
+    resumed.optimize()
+    written = [c.id for e in store.events if isinstance(e, records.CandidatesGenerated) for c in e.candidates]
+    assert len(written) == 4  # the initial candidate and the round's three
+    assert [c.id for c, _ in live.history] == [c.id for c, _ in resumed.history] == written
+
+
+@pytest.mark.slow
 def test_the_winner_and_its_figure_come_from_interleaved_remeasurements_and_a_resume_redoes_none(tmp_path):
     run = [
         "--workload",
