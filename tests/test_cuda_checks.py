@@ -367,6 +367,46 @@ def test_judges_alive_on_a_gpu_are_bounded_and_the_next_starts_when_one_ends(mon
     assert not waiting.is_alive() and len(started) == 4
 
 
+def test_builds_run_a_few_at_a_time_and_a_stop_ends_the_wait_for_a_place(monkeypatch):
+    """24 builds started at once on 16 cores all ended ~145 s later, the GPU idle until then: a process builds one
+    candidate per two of its cores beside the timing ones, the others wait, and a stopping run stops waiting."""
+    import threading
+
+    from hiera_judge import judging
+    from hiera_plugins.cuda import build
+
+    places = build.build_places(14)  # an H100 machine's 16 cores, 2 kept for timing
+    taken = [places.acquire(blocking=False) for _ in range(8)]
+    assert taken == [True] * 7 + [False]
+    for _ in range(7):
+        places.release()
+    monkeypatch.setattr(judging, "cores_beside_timing", lambda: 3)  # 1 place
+    one = build.build_places(3)
+    assert one.acquire(blocking=False)
+    outcome = []
+
+    def wait():
+        try:
+            with build.build_place():
+                outcome.append("built")
+        except judging.Interrupted:
+            outcome.append("stopped")
+
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive() and not outcome
+    judging.interrupt_waits()
+    try:
+        waiting.join(2)
+        assert outcome == ["stopped"]
+    finally:
+        judging.allow_waits()
+        one.release()
+    with build.build_place():  # the place given back is taken again
+        assert not one.acquire(blocking=False)
+
+
 def test_a_judge_out_of_gpu_memory_says_it_was_its_own_not_the_candidates(monkeypatch):
     """KernelBench level 1 task 4 on an H100 (2026-12-07): the judge's 16 GiB FP64 reference did not fit, and four
     candidates were recorded as crashing with CUDA's message; the model then forbade allocations in its next strategy."""
