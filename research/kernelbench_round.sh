@@ -5,17 +5,18 @@
 # (a task too large to be judged beside the suite's other runs). Each is stopped with SIGINT before LIMIT seconds so
 # that it resumes where it stood. On the device, with `.whl` and `kb` carried:
 #
-#   source .whl/setup-device.sh && bash research/kernelbench_round.sh LIMIT STRATEGY/LEVEL[/TASK] ...
+#   source .whl/setup-device.sh && bash research/kernelbench_round.sh 550 STRATEGY/LEVEL[/TASK] ...
 #
 # They share the call's time in order, each under what is left; into $OUT: kernelbench-round.tgz (the suites'
 # folders and exchange/, to unpack over the experiment's folder here) and each one's log.
 #
-# LIMIT counts from this script's start, not the call's (.whl/setup-device.sh takes its share before): 520 under a
-# 600 s call. A run is asked to stop (SIGINT) 60 s before its share ends and killed 45 s later: a suite stopping with
-# builds and judges under way ends them as they are, which took more than the 80 s left on 2026-12-07, and the
-# call's limit then killed everything before the tarball was written. So the tarball is also written every
-# SNAPSHOT_S seconds while the runs go on (what a killed call brings back; a trajectory's torn last line is dropped
-# on resume), and the device's own copy of the folder is gone after the call: only what is under $OUT comes back.
+# LIMIT counts from this script's start, not the call's (.whl/setup-device.sh takes its share before: ~7 s on a warm
+# machine, ~40 s on a fresh one): 550 under a 600 s call. A run is asked to stop (SIGINT) 40 s before its share ends
+# and killed 20 s later: a suite's stop kills its builds, profiles and judges under way and ended each run within
+# 2 s on an H100 (three calls, 2026-12-07; before ce7e5f0 and 5cc4a06 a stop ended nothing, and margins of 105 s
+# left ~180 s of every call unused). The tarball is also written every SNAPSHOT_S seconds while the runs go on
+# (what a killed call brings back; a trajectory's torn last line is dropped on resume), and the device's own copy
+# of the folder is gone after the call: only what is under $OUT comes back.
 set -u
 LIMIT=$1
 shift
@@ -34,7 +35,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader | t
 for item in "$@"; do
     IFS=/ read -r strategy level task <<< "$item"
     sample=$([ "$level" = 3 ] && echo 4 || echo 10)  # the experiment's sample: 10, 10 and 4 tasks
-    left=$((LIMIT - SECONDS - 60 - 45))  # its SIGINT, then its kill 45 s later, 60 s before LIMIT
+    left=$((LIMIT - SECONDS - 20 - 20))  # its SIGINT, then its kill 20 s later, 20 s before LIMIT
     [ "$left" -gt 30 ] || { echo "ROUND $item not started: ${left}s left"; continue; }
     if [ -n "$task" ]; then
         what=(--task "$task" --run-dir "$HOME_DIR/suites/$strategy/l$level/$task")
@@ -44,7 +45,7 @@ for item in "$@"; do
     fi
     log="$OUT/round-${item//\//-}.log"
     start=$SECONDS
-    timeout -s INT -k 45 "$left" hiera run --config "$HOME_DIR/hiera.toml" --workload kernelbench --strategy "$strategy" \
+    timeout -s INT -k 20 "$left" hiera run --config "$HOME_DIR/hiera.toml" --workload kernelbench --strategy "$strategy" \
         --set "workload.kernelbench.level=$level" "${what[@]}" > "$log" 2>&1
     echo "ROUND $item rc=$? wall_s=$((SECONDS - start))" | tee -a "$log"
     tail -n 25 "$log"
