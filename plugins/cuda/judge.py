@@ -207,8 +207,9 @@ def max_error(
 
     Every element within atol x max(1, rms(ref)) passes whatever its rtol share, so the largest error alone decides
     a correct output (after the finiteness and the scale's passes, one read of each tensor): each element is tested
-    only when that bound is passed. Testing every element always cost ~150 bytes of GPU traffic an element (on an H100, 110 ms for each
-    of KernelBench level 1 task 20's checked outputs of 1.6 G elements, half of its judge's GPU time)."""
+    only when that bound is passed. Testing every element always cost ~150 bytes of GPU traffic an element (on an
+    H100, 110 ms for each of KernelBench level 1 task 20's checked outputs of 1.6 G elements, half of its judge's GPU
+    time)."""
     got_all, ref_all = out.reshape(-1), reference.reshape(-1)
     n = ref_all.numel()
     if n == 0:
