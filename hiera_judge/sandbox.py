@@ -603,6 +603,8 @@ def run_sandboxed(
         finally:
             box.kill()
         box.process.wait()
+    with contextlib.suppress(OSError, ValueError):  # left open for a `go` that was never sent
+        piped(box.process.stdin).close()
     for pipe in pipes:
         pipe.join(timeout=10)
     return IsolatedResult(
