@@ -369,7 +369,8 @@ def test_judges_alive_on_a_gpu_are_bounded_and_the_next_starts_when_one_ends(mon
 
 def test_builds_run_a_few_at_a_time_and_a_stop_ends_the_wait_for_a_place(monkeypatch):
     """24 builds started at once on 16 cores all ended ~145 s later, the GPU idle until then: a process builds one
-    candidate per two of its cores beside the timing ones, the others wait, and a stopping run stops waiting."""
+    candidate per two of its cores beside the timing ones (two at least), the others wait, and a stopping run stops
+    waiting."""
     import threading
 
     from hiera_judge import judging
@@ -380,9 +381,9 @@ def test_builds_run_a_few_at_a_time_and_a_stop_ends_the_wait_for_a_place(monkeyp
     assert taken == [True] * 7 + [False]
     for _ in range(7):
         places.release()
-    monkeypatch.setattr(judging, "cores_beside_timing", lambda: 3)  # 1 place
-    one = build.build_places(3)
-    assert one.acquire(blocking=False)
+    monkeypatch.setattr(judging, "cores_beside_timing", lambda: 3)  # 2 places: never fewer
+    two = build.build_places(3)
+    assert two.acquire(blocking=False) and two.acquire(blocking=False)
     outcome = []
 
     def wait():
@@ -402,9 +403,10 @@ def test_builds_run_a_few_at_a_time_and_a_stop_ends_the_wait_for_a_place(monkeyp
         assert outcome == ["stopped"]
     finally:
         judging.allow_waits()
-        one.release()
+        two.release()
     with build.build_place():  # the place given back is taken again
-        assert not one.acquire(blocking=False)
+        assert not two.acquire(blocking=False)
+    two.release()
 
 
 def test_a_judge_out_of_gpu_memory_says_it_was_its_own_not_the_candidates(monkeypatch):

@@ -74,8 +74,9 @@ def build_places(cores: int) -> threading.BoundedSemaphore:
     """Builds at once in this process, across its runs: one per `BUILD_JOBS` of its `cores`. A round of a KernelBench
     suite of 4 runs on an H100 machine (16 cores, 2026-12-07) started its 24 builds at once; sharing the cores, they
     all ended ~145 s later, and the GPU waited that long for its first candidate. A few at a time, the first ones end
-    in about one build's time and the GPU starts then; the round's builds take as long as before."""
-    return threading.BoundedSemaphore(max(1, cores // BUILD_JOBS))
+    in about one build's time and the GPU starts then; the round's builds take as long as before. Two at least: a
+    build's serial steps (the include listing, the link) leave cores to another."""
+    return threading.BoundedSemaphore(max(2, cores // BUILD_JOBS))
 
 
 @contextlib.contextmanager
