@@ -57,7 +57,7 @@ from hiera_judge.messages import (
     Loaded,
 )
 from hiera_plugins.cuda import ipc
-from hiera_plugins.cuda.evaluators import CudaJudgeSettings, CudaRunConfig
+from hiera_plugins.cuda.evaluators import JUDGE_OUT_OF_MEMORY, CudaJudgeSettings, CudaRunConfig
 from hiera_plugins.cuda.runner import ColdStart, seeded
 
 ALIGN = 256
@@ -160,7 +160,7 @@ def _own_out_of_memory(exc: torch.OutOfMemoryError) -> str:
     free, total = torch.cuda.mem_get_info()
     own = torch.cuda.memory_reserved()
     return (
-        f"the judge ran out of GPU memory for its own work{' (asking ' + asked.group(1) + ')' if asked else ''}:"
+        f"{JUDGE_OUT_OF_MEMORY}{' (asking ' + asked.group(1) + ')' if asked else ''}:"
         f" it held {_gib(own)} GiB, other processes (the candidate's among them, and other judges) {_gib(total - free - own)}"
         f" GiB, {_gib(free)} GiB of {_gib(total)} were free; the candidate's call had not failed"
     )
