@@ -224,6 +224,11 @@ def timing_cores(cores: Sequence[int] | None = None) -> tuple[int, int] | None:
     return (cores[-2], cores[-1]) if len(cores) >= TIMING_CORES_FROM else None
 
 
+def cores_beside_timing() -> int:
+    """How many of this process's cores are left to builds and start-ups (all but `timing_cores`)."""
+    return len(_machine_cores()) - (2 if timing_cores() else 0)
+
+
 def leave_timing_cores() -> None:
     """Keep the calling thread, and every process it starts from now on (builds, judges before `go`), off the
     timing cores (`timing_cores`)."""

@@ -307,19 +307,45 @@ def test_outputs_are_compared_in_chunks_with_the_same_verdict():
     bad[30, 1] += 1.0
     broken = good.clone()
     broken[36, 28] = float("nan")
+    infinite = good.clone()
+    infinite[0, 0] = float("inf")
+    large = reference.clone()  # one large value: its error is past atol x rms but inside its rtol share
+    large[3, 3] = 1e4
+    near = large.float()
+    near[3, 3] += 0.5
     for chunk in (7, 64, 10**6):
         error, first = max_error(good, reference, 1e-4, 1e-4, chunk=chunk)
         assert first is None and 0 < error < 1e-5
         error, first = max_error(bad, reference, 1e-4, 1e-4, chunk=chunk)
         assert first == 20 * 29 + 5 and error == pytest.approx(1.0, abs=1e-5)
         assert max_error(broken, reference, 1e-4, 1e-4, chunk=chunk)[1] == "non-finite"
+        assert max_error(infinite, reference, 1e-4, 1e-4, chunk=chunk)[1] == "non-finite"
+        assert max_error(near, large, 1e-4, 1e-4, chunk=chunk) == (pytest.approx(0.5, abs=1e-5), None)
+        assert max_error(near, large.float(), 1e-4, 1e-6, chunk=chunk)[1] is None  # FP32 on both sides
+        assert max_error(near, large, 1e-5, 1e-4, chunk=chunk)[1] == 3 * 29 + 3
+
+
+def _run_stage_job():
+    """What the cuda run stage reads of a job, for a stage whose judges are stand-ins."""
+    import types
+
+    return types.SimpleNamespace(
+        workload_factory="w:f",
+        workload_config={},
+        task=None,
+        remeasure=False,
+        reference_ms=None,
+        compiled_reference=False,
+        workdir=Path("."),
+        background=False,
+        candidate=types.SimpleNamespace(id="c"),
+    )
 
 
 def test_judges_alive_on_a_gpu_are_bounded_and_the_next_starts_when_one_ends(monkeypatch):
     """A round's judges all starting beside their builds held two CUDA contexts each (~1 GiB) while they waited for
     the GPU: with `judges_per_gpu` alive, a candidate's judge starts only when one ends, whatever the round's size."""
     import threading
-    import types
 
     from hiera_plugins.cuda import evaluators
 
@@ -332,29 +358,95 @@ def test_judges_alive_on_a_gpu_are_bounded_and_the_next_starts_when_one_ends(mon
 
     monkeypatch.setattr(evaluators, "StartedJudge", Judge)
     stage = evaluators.CudaRun(evaluators.CudaRunConfig(device=91, judges_per_gpu=2, compile_baseline=False))
-    job = types.SimpleNamespace(
-        workload_factory="w:f",
-        workload_config={},
-        task=None,
-        remeasure=False,
-        reference_ms=None,
-        compiled_reference=False,
-        workdir=Path("."),
-        background=False,
-    )
+    job = _run_stage_job()
     first, second = stage.start(job), stage.start(job)
     assert first and second and stage.start(job) is None  # the third starts in its stage, not beside its build
-    first.slot()
-    first.slot()  # given back once, however often it is called
+    first.started.slot()
+    first.started.slot()  # given back once, however often it is called
     third = stage.start(job)
     assert third and stage.start(job) is None
     waiting = threading.Thread(target=stage.start, args=(job,), kwargs={"wait": True})
     waiting.start()
     waiting.join(0.3)
     assert waiting.is_alive() and len(started) == 3
-    second.slot()
+    second.started.slot()
     waiting.join(5)
     assert not waiting.is_alive() and len(started) == 4
+
+
+def test_builds_run_a_few_at_a_time_and_a_stop_ends_the_wait_for_a_place(monkeypatch):
+    """24 builds started at once on 16 cores all ended ~145 s later, the GPU idle until then: a process builds one
+    candidate per two of its cores beside the timing ones (two at least), the others wait, and a stopping run stops
+    waiting."""
+    import threading
+
+    from hiera_judge import judging
+    from hiera_plugins.cuda import build
+
+    places = build.build_places(14)  # an H100 machine's 16 cores, 2 kept for timing
+    taken = [places.acquire(blocking=False) for _ in range(8)]
+    assert taken == [True] * 7 + [False]
+    for _ in range(7):
+        places.release()
+    monkeypatch.setattr(judging, "cores_beside_timing", lambda: 3)  # 2 places: never fewer
+    two = build.build_places(3)
+    assert two.acquire(blocking=False) and two.acquire(blocking=False)
+    outcome = []
+
+    def wait():
+        try:
+            with build.build_place():
+                outcome.append("built")
+        except judging.Interrupted:
+            outcome.append("stopped")
+
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive() and not outcome
+    judging.interrupt_waits()
+    try:
+        waiting.join(2)
+        assert outcome == ["stopped"]
+    finally:
+        judging.allow_waits()
+        two.release()
+    with build.build_place():  # the place given back is taken again
+        assert not two.acquire(blocking=False)
+    two.release()
+
+
+def test_a_candidate_whose_judge_ran_out_of_gpu_memory_itself_is_judged_again_once(monkeypatch):
+    """Four of task 4's candidates were recorded as crashed when their judges' own FP64 references found no room: a
+    judge's own out-of-memory gives the candidate a second judge, whose answer stands; its own crash is not retried."""
+
+    from hiera_core.records import Crashed, Measured
+    from hiera_plugins.cuda import evaluators
+
+    own = Crashed(reason=f"{evaluators.JUDGE_OUT_OF_MEMORY} (asking 16.00 GiB): it held 40.3 GiB, ...")
+    mine = Crashed(reason="CUDA error: an illegal memory access was encountered", signal="SIGSEGV")
+    measured = Measured(
+        latency_ms=1.0, latency_p10_ms=1.0, latency_p90_ms=1.0, repeats=10, reference_latency_ms=2.0, max_abs_error=0.0
+    )
+    answers: list = []
+
+    class Judge:
+        def __init__(self, *args, slot, **kwargs):
+            self.slot = slot
+
+        def evaluate(self, job):
+            self.slot()
+            return answers.pop(0)
+
+    monkeypatch.setattr(evaluators, "StartedJudge", Judge)
+    stage = evaluators.CudaRun(evaluators.CudaRunConfig(device=92, judges_per_gpu=1, compile_baseline=False))
+    job = _run_stage_job()
+    answers[:] = [own, measured]
+    assert stage.evaluate(job) == measured and not answers
+    answers[:] = [own, own, measured]
+    assert stage.evaluate(job) == own and answers == [measured]  # once only
+    answers[:] = [mine, measured]
+    assert stage.evaluate(job) == mine and answers == [measured]  # the candidate's own crash stands
 
 
 def test_a_judge_out_of_gpu_memory_says_it_was_its_own_not_the_candidates(monkeypatch):

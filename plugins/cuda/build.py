@@ -18,7 +18,9 @@ outside the system's, Python's, the toolchain's and its own hidden, within memor
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
 import json
 import os
 import re
@@ -42,6 +44,7 @@ from hiera_judge.sandbox import (
     COMPILER_LOG_BYTES,
     LISTING_MEMORY_BYTES,
     SANDBOX_FAILED,
+    STOP_POLL_S,
     dependency_problem,
     describe_exit,
     folder_bytes,
@@ -62,6 +65,31 @@ INCLUDES = "includes.json"
 """What the build process leaves in the build folder about the include check: the allowed folders, the verdict."""
 LISTING_TIMEOUT_S = 120.0
 """nvcc's listing of the includes (every pass preprocesses torch's headers: ~5 s each on 2 cores)."""
+BUILD_JOBS = 2
+"""Compilers of one build at once (ninja's MAX_JOBS: the binding's source and the candidate's)."""
+
+
+@functools.cache
+def build_places(cores: int) -> threading.BoundedSemaphore:
+    """Builds at once in this process, across its runs: one per `BUILD_JOBS` of its `cores`. A round of a KernelBench
+    suite of 4 runs on an H100 machine (16 cores, 2026-12-07) started its 24 builds at once; sharing the cores, they
+    all ended ~145 s later, and the GPU waited that long for its first candidate. A few at a time, the first ones end
+    in about one build's time and the GPU starts then; the round's builds take as long as before. Two at least: a
+    build's serial steps (the include listing, the link) leave cores to another."""
+    return threading.BoundedSemaphore(max(2, cores // BUILD_JOBS))
+
+
+@contextlib.contextmanager
+def build_place():
+    """A place among `build_places` (the cores left beside the timing ones); `Interrupted` once the run is stopping."""
+    places = build_places(judging.cores_beside_timing())
+    while not places.acquire(timeout=STOP_POLL_S):
+        if judging.stopping():
+            raise judging.Interrupted()
+    try:
+        yield
+    finally:
+        places.release()
 
 
 @attrs.frozen(kw_only=True)
@@ -138,7 +166,11 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
             "include_paths": job.toolchain.get("include_paths", []),
             "ldflags": [str(shared)] if linked else [],
         }
-        env = {"CUDA_HOME": job.toolchain["cuda_home"], "TORCH_CUDA_ARCH_LIST": job.toolchain["arch_list"], "MAX_JOBS": "2"}
+        env = {
+            "CUDA_HOME": job.toolchain["cuda_home"],
+            "TORCH_CUDA_ARCH_LIST": job.toolchain["arch_list"],
+            "MAX_JOBS": str(BUILD_JOBS),
+        }
         seen = [
             Path(__file__).parents[1],  # this module's packages, which it imports in the sandbox
             Path(hiera_core.__file__).parent,
@@ -146,19 +178,22 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
             *map(Path, request["include_paths"]),
             *([cast(Path, shared).parent] if linked else []),  # linked: shared is a file
         ]
-        result = run_sandboxed(
-            [sys.executable, "-m", "hiera_plugins.cuda.build"],
-            cwd=build_dir,
-            timeout_s=timeout_s,
-            stdin=json.dumps(request),
-            env_extra=env,
-            readable=seen,
-            memory_bytes=BUILD_MEMORY_BYTES,
-            file_bytes=COMPILER_FILE_BYTES,
-            log_bytes=COMPILER_LOG_BYTES,
-            hide_outside=True,
-            stop=judging.stopping,
-        )
+        waiting = time.perf_counter()
+        with build_place():
+            waited = time.perf_counter() - waiting
+            result = run_sandboxed(
+                [sys.executable, "-m", "hiera_plugins.cuda.build"],
+                cwd=build_dir,
+                timeout_s=timeout_s,
+                stdin=json.dumps(request),
+                env_extra=env,
+                readable=seen,
+                memory_bytes=BUILD_MEMORY_BYTES,
+                file_bytes=COMPILER_FILE_BYTES,
+                log_bytes=COMPILER_LOG_BYTES,
+                hide_outside=True,
+                stop=judging.stopping,
+            )
         if result.stopped:  # the run is stopping: nothing is kept, a resumed run builds it again
             raise judging.Interrupted()
         includes = json.loads((build_dir / INCLUDES).read_text()) if (build_dir / INCLUDES).is_file() else {}
@@ -193,7 +228,7 @@ def build_candidate(job: EvalJob, *, timeout_s: float) -> BuildResult:
         return BuildResult(
             library=library,
             log=log,
-            seconds=time.perf_counter() - started,
+            seconds=time.perf_counter() - started - waited,
             cache_hit=False,
             resources=record["resources"],
             rejected=record["rejected"],

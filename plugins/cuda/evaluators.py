@@ -8,14 +8,17 @@ import json
 from typing import ClassVar, cast
 
 import attrs
+import structlog
 
 from hiera_core import Built, EvalJob, StagePassed
-from hiera_core.records import CompileFailed, Evaluation, Profile, StaticRejected
+from hiera_core.records import CompileFailed, Crashed, Evaluation, Profile, StaticRejected
 from hiera_judge.judging import StartedJudge, device_lock, judge_slot, timing_cores
 from hiera_judge.messages import Judged, JudgeRequest
 from hiera_plugins.cuda import checks
 from hiera_plugins.cuda.architecture import gpu_lock_name
 from hiera_plugins.cuda.build import build_candidate, compiler_errors
+
+log = structlog.get_logger(__name__)
 
 
 def _dtype(job: EvalJob) -> str:
@@ -147,9 +150,9 @@ class CudaRun:
     def __init__(self, config: CudaRunConfig) -> None:
         self.config = config
 
-    def start(self, job: EvalJob, *, wait: bool = False) -> StartedJudge | None:
-        """Its judge, started while the candidate builds (`protocols.Evaluator.start`); None where
-        `judges_per_gpu` are alive and `wait` is False."""
+    def start(self, job: EvalJob, *, wait: bool = False) -> _Judge | None:
+        """Its judge, started while the candidate builds (`protocols.Evaluator.start`), with a second in reserve for
+        a judge's own lack of GPU memory (`_Judge`); None where `judges_per_gpu` are alive and `wait` is False."""
         compile_baseline = self.config.compile_baseline and job.compiled_reference
         memory = int(self.config.memory_gib * 2**30)
         request = JudgeRequest(
@@ -170,7 +173,7 @@ class CudaRun:
         slot = judge_slot(lock, self.config.judges_per_gpu, wait=wait)
         if slot is None:
             return None
-        return StartedJudge(  # which gives the place back when its judge ends, or fails to start
+        started = StartedJudge(  # which gives the place back when its judge ends, or fails to start
             "hiera_plugins.cuda.judge",
             request,
             workdir=job.workdir,
@@ -180,9 +183,10 @@ class CudaRun:
             device_lock=device_lock(lock, background=job.background),
             slot=slot,
         )
+        return _Judge(self, started)
 
     def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
-        return cast(StartedJudge, self.start(job, wait=True)).evaluate(job)
+        return cast(_Judge, self.start(job, wait=True)).evaluate(job)
 
     @staticmethod
     def _measured(job: EvalJob, answer: Judged) -> StagePassed | Evaluation:
@@ -195,6 +199,32 @@ class CudaRun:
             profile=fallback_profile("not profiled yet", job, answer.measurement.latency_ms),
             resources=job.built.resources if job.built else {},
         )
+
+
+JUDGE_OUT_OF_MEMORY = "the judge ran out of GPU memory for its own work"
+"""How a judge's answer starts when its own allocation failed (its inputs, a reference, a comparison): hiera's fault,
+never the candidate's."""
+
+
+@attrs.define
+class _Judge:
+    """A started judge for one candidate, and a second one if the first ran out of GPU memory itself (KernelBench level
+    1 task 4 on an H100, 2026-12-07: 4 of 12 judges, beside the others' start-ups, with their 16 GiB FP64 references);
+    the second's answer is the candidate's, whatever it is. A candidate that fills the GPU to make its judge fail
+    gains one more judge at most, and then the crash."""
+
+    stage: CudaRun
+    started: StartedJudge
+
+    def evaluate(self, job: EvalJob) -> StagePassed | Evaluation:
+        answer = self.started.evaluate(job)
+        if isinstance(answer, Crashed) and answer.reason.startswith(JUDGE_OUT_OF_MEMORY):
+            log.warning("judge_out_of_memory", candidate=job.candidate.id, reason=answer.reason)
+            return cast(_Judge, self.stage.start(job, wait=True)).started.evaluate(job)
+        return answer
+
+    def cancel(self) -> None:
+        self.started.cancel()
 
 
 def fallback_profile(why: str, job: EvalJob, latency_ms: float) -> Profile:

@@ -57,7 +57,7 @@ from hiera_judge.messages import (
     Loaded,
 )
 from hiera_plugins.cuda import ipc
-from hiera_plugins.cuda.evaluators import CudaJudgeSettings, CudaRunConfig
+from hiera_plugins.cuda.evaluators import JUDGE_OUT_OF_MEMORY, CudaJudgeSettings, CudaRunConfig
 from hiera_plugins.cuda.runner import ColdStart, seeded
 
 ALIGN = 256
@@ -160,7 +160,7 @@ def _own_out_of_memory(exc: torch.OutOfMemoryError) -> str:
     free, total = torch.cuda.mem_get_info()
     own = torch.cuda.memory_reserved()
     return (
-        f"the judge ran out of GPU memory for its own work{' (asking ' + asked.group(1) + ')' if asked else ''}:"
+        f"{JUDGE_OUT_OF_MEMORY}{' (asking ' + asked.group(1) + ')' if asked else ''}:"
         f" it held {_gib(own)} GiB, other processes (the candidate's among them, and other judges) {_gib(total - free - own)}"
         f" GiB, {_gib(free)} GiB of {_gib(total)} were free; the candidate's call had not failed"
     )
@@ -203,7 +203,13 @@ def max_error(
 ) -> tuple[float, int | str | None]:
     """The largest |out - reference| and where the first element out of tolerance is (a flat index;
     "non-finite" if any output value is NaN or infinite; None if all pass). An element passes when
-    |out - ref| <= atol * max(1, rms(ref)) + rtol * |ref|. Works through both tensors `chunk` elements at a time."""
+    |out - ref| <= atol * max(1, rms(ref)) + rtol * |ref|. Works through both tensors `chunk` elements at a time.
+
+    Every element within atol x max(1, rms(ref)) passes whatever its rtol share, so the largest error alone decides
+    a correct output (after the finiteness and the scale's passes, one read of each tensor): each element is tested
+    only when that bound is passed. Testing every element always cost ~150 bytes of GPU traffic an element (on an
+    H100, 110 ms for each of KernelBench level 1 task 20's checked outputs of 1.6 G elements, half of its judge's GPU
+    time)."""
     got_all, ref_all = out.reshape(-1), reference.reshape(-1)
     n = ref_all.numel()
     if n == 0:
@@ -211,16 +217,20 @@ def max_error(
     spans = [(start, min(n, start + chunk)) for start in range(0, n, chunk)]
     if not all(bool(torch.isfinite(got_all[a:b]).all()) for a, b in spans):
         return float("nan"), "non-finite"
-    squares = sum(float(ref_all[a:b].double().pow(2).sum()) for a, b in spans)
+    squares = sum(float(torch.linalg.vector_norm(ref_all[a:b], dtype=torch.float64)) ** 2 for a, b in spans)
     scale = max(1.0, math.sqrt(squares / n))  # atol is relative to the output's RMS magnitude
-    error, first_bad = 0.0, None
+    # in FP64 (exact for FP32 operands; `.double()` of an FP64 tensor is the tensor itself)
+    errors = [float(torch.linalg.vector_norm(got_all[a:b] - ref_all[a:b].double(), ord=math.inf)) for a, b in spans]
+    error = max(errors)
+    if all(e <= atol * scale for e in errors):
+        return error, None
+    first_bad = None
     for a, b in spans:
         ref = ref_all[a:b].double()
-        diff = (got_all[a:b].double() - ref).abs_()
-        error = max(error, float(diff.max()))
-        bad = diff > ref.abs().mul_(rtol).add_(atol * scale)
-        if first_bad is None and bool(bad.any()):
+        bad = (got_all[a:b] - ref).abs_() > ref.abs().mul_(rtol).add_(atol * scale)
+        if bool(bad.any()):
             first_bad = a + int(torch.nonzero(bad)[0])
+            break
     return error, first_bad
 
 
