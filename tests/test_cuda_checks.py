@@ -416,7 +416,7 @@ def test_builds_run_a_few_at_a_time_and_a_stop_ends_the_wait_for_a_place(monkeyp
     two.release()
 
 
-def test_a_candidate_whose_judge_ran_out_of_gpu_memory_itself_is_judged_again_once(monkeypatch):
+def test_a_candidate_whose_judge_ran_out_of_gpu_memory_itself_is_judged_again_once(monkeypatch, tmp_path):
     """Four of task 4's candidates were recorded as crashed when their judges' own FP64 references found no room: a
     judge's own out-of-memory gives the candidate a second judge, whose answer stands; its own crash is not retried."""
 
@@ -436,13 +436,17 @@ def test_a_candidate_whose_judge_ran_out_of_gpu_memory_itself_is_judged_again_on
 
         def evaluate(self, job):
             self.slot()
+            (job.workdir / "judge.log").write_text(f"judge {len(answers)}")
             return answers.pop(0)
 
     monkeypatch.setattr(evaluators, "StartedJudge", Judge)
     stage = evaluators.CudaRun(evaluators.CudaRunConfig(device=92, judges_per_gpu=1, compile_baseline=False))
     job = _run_stage_job()
+    job.workdir = tmp_path
     answers[:] = [own, measured]
     assert stage.evaluate(job) == measured and not answers
+    assert (tmp_path / "out-of-memory-judge.log").read_text() == "judge 2"  # the first judge's log is kept
+    assert (tmp_path / "judge.log").read_text() == "judge 1"
     answers[:] = [own, own, measured]
     assert stage.evaluate(job) == own and answers == [measured]  # once only
     answers[:] = [mine, measured]

@@ -12,7 +12,7 @@ import structlog
 
 from hiera_core import Built, EvalJob, StagePassed
 from hiera_core.records import CompileFailed, Crashed, Evaluation, Profile, StaticRejected
-from hiera_judge.judging import StartedJudge, device_lock, judge_slot, timing_cores
+from hiera_judge.judging import JUDGE_LOG, StartedJudge, device_lock, judge_slot, timing_cores
 from hiera_judge.messages import Judged, JudgeRequest
 from hiera_plugins.cuda import checks
 from hiera_plugins.cuda.architecture import gpu_lock_name
@@ -220,6 +220,9 @@ class _Judge:
         answer = self.started.evaluate(job)
         if isinstance(answer, Crashed) and answer.reason.startswith(JUDGE_OUT_OF_MEMORY):
             log.warning("judge_out_of_memory", candidate=job.candidate.id, reason=answer.reason)
+            first_log = job.workdir / JUDGE_LOG
+            if first_log.is_file():  # the second judge writes its own; the first's stays beside it
+                first_log.replace(job.workdir / f"out-of-memory-{JUDGE_LOG}")
             return cast(_Judge, self.stage.start(job, wait=True)).started.evaluate(job)
         return answer
 
