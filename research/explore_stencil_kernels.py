@@ -1,6 +1,6 @@
 """Explore register-streaming stencil kernels on a GPU with CuPy (NVRTC builds each variant in about a second).
 
-Five families. `ldg`: each thread streams down its W columns, loading every input row from global memory
+Six families. `ldg`: each thread streams down its W columns, loading every input row from global memory
 through L1. `ring`: the same with rows copied ahead into an S-stage shared-memory ring by cp.async (the
 kernel behind the stencil2d template's tiling=ring), RB input rows per barrier, weights from constant memory
 or as shared-memory broadcasts (WSMEM); with --persist also as a persistent grid (PERSIST) and with other
@@ -12,10 +12,14 @@ the input rows it needs in a warp-private ring (FastStencil's layout; sweep 6, s
 `dmma` (with --dmma, beside the template's ring): FP64 tensor cores, 8 x 8 output tiles as banded-matrix
 products (mma.m8n8k4), streamed through a shared-memory ring of 4-row chunks (sweep 7, 0.82 ms against the
 ring's 0.50: m8n8k4 runs at half the tensor-core rate on the H200, see research/bench_fp64_pipes.py).
+`dmma16` (with --dmma16, beside the template's ring): FP64 tensor cores at the full sm_90 rate (mma.m16n8k8),
+4 x 4 output patches, K a patch's (4 + 2R)^2 input window padded to a multiple of 8 (2.12 times the stencil's
+FLOPs at R = 3), eight patches side by side per instruction, B gathered from a ring of 4-row chunks; checked
+only by a CPU emulation of its source (research/tests/test_stencil_explorer.py), not yet run on a GPU.
 Each variant is checked against a CuPy shifted-add FP64 reference (applied twice for fused2) at n and at
 n = 1002, then timed (median of CUDA-event times over back-to-back launches). Prints the measured copy
 floor and one line per variant, fastest per step first; writes every row to --json.
-Usage: python research/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused | --gather | --dmma | --persist | --wide]
+Usage: python research/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused | --gather | --dmma | --dmma16 | --persist | --wide]
 """
 
 from __future__ import annotations
@@ -763,6 +767,185 @@ stencil(const double* __restrict__ in, double* __restrict__ out, int n) {{
 """
 
 
+DMMA16_SOURCE = r"""
+#define R {R}
+#define K (2 * R + 1)
+#define NW {NW}
+#define PX {PX}
+#define H {H}
+#define SC {SC}
+#define MINB {MINB}
+#define HX (R + (R & 1))
+#define WIN (4 + 2 * R)
+#define NG4 (WIN / 4)
+#define NMAIN (NG4 * (WIN / 2))
+#define NTAIL (WIN % 4 ? (WIN + 3) / 4 : 0)
+#define KS (NMAIN + NTAIL)
+#define NCH ((WIN + 3) / 4)
+#define WT (32 * PX * NW)
+#define WS0 (WT + 2 * HX)
+#define WS (WS0 + 2)
+#define PAIRS (4 * WS0 / 2)
+#define T (H / 4)
+
+// FP64 tensor cores at the full sm_90 rate (DMMA, mma.m16n8k8). The outputs are cut into 4 x 4 patches; for
+// eight patches side by side (32 columns x 4 rows, one DMMA group),
+//     D (16 x 8) = A (16 x 8 KS) . B (8 KS x 8),   A[o][k] = w[wy - oy][wx - ox] (0 outside the 2R + 1 box),
+//     B[k][c] = in[y - R + wy][x_c - R + wx],
+// where row o = 4 oy + ox of A and D is one output of a patch, column c of B and D one patch (top-left output
+// (y, x_c)), and k one position (wy, wx) of a patch's WIN x WIN input window (WIN = 4 + 2R), padded with zero
+// weights to KS k-steps of 8 (R = 3: 100 positions in 13 steps, 2.12 times the stencil's 49 FMAs per output).
+// A is the same for every patch, so each lane keeps its A fragments (4 KS doubles) in registers for the whole
+// kernel. A warp owns PX such groups of eight patches (32 PX columns) and walks down a strip of H output rows,
+// 4 rows (one patch row) at a time, reading B straight from an SC-chunk shared-memory ring of 4-row input
+// chunks filled by cp.async: patch row t reads chunks t .. t + NCH - 1, so each input row is copied once per
+// strip (plus the 2R halo rows).
+// Fragments (PTX ISA 9.7.14.5.7, "Matrix Fragments for mma.m16n8k8", .f64; lane = 4 g + q): A: a0 (g, q),
+// a1 (g + 8, q), a2 (g, q + 4), a3 (g + 8, q + 4); B: b0 (q, g), b1 (q + 4, g); C, D: c0 (g, 2q),
+// c1 (g, 2q + 1), c2 (g + 8, 2q), c3 (g + 8, 2q + 1).
+// The order of k within a step is ours to choose (A and B only have to agree). Lane (g, q) loads patch g's
+// window, so with the patches side by side the order keeps q along x: then a warp's 32 loads of one B register
+// are 32 consecutive doubles of one ring row, free of bank conflicts. NMAIN main steps take 4 columns x 2 rows
+// of the window (b0: row 2 rp, column 4 cg + q; b1 the row below); when WIN = 2 mod 4 (odd R) NTAIL tail
+// steps take the last 2 columns x 4 rows (b0: row 4 tt + q / 2, column 4 NG4 + q % 2; b1 two rows below; in
+// the last one b1 is the padding). Every step's rows lie in one chunk, so each load is a chunk pointer plus a
+// compile-time offset plus one of two lane offsets. Ring rows are WS = 2 (mod 4) doubles apart, so that a tail
+// step's two rows fall on complementary banks.
+__constant__ double c_w[K * K];
+
+__device__ __forceinline__ void dmma16(double (&d)[4], const double (&a)[4], double b0, double b1) {{
+    asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\n"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3]) : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
+}}
+
+__device__ __forceinline__ void cp_async16(double* smem, const double* gmem, int bytes) {{
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}}
+
+__device__ __forceinline__ void cp_async8(double* smem, const double* gmem, int bytes) {{
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}}
+
+// The copies of one thread: pair k (columns x, x + 1 of row r of a chunk) is pair threadIdx.x + k * 32 NW of
+// the chunk; where it lands in a ring slot, where it comes from relative to the chunk's first input row, and
+// how many of its bytes are inside the grid's columns. Fixed for the whole strip.
+#define LOADS ((PAIRS + 32 * NW - 1) / (32 * NW))
+struct Copies {{
+    int dst[LOADS], src[LOADS], r[LOADS], bytes[LOADS];
+}};
+
+__device__ __forceinline__ Copies copies(int n, int xb) {{
+    Copies c;
+#pragma unroll
+    for (int k = 0; k < LOADS; ++k) {{
+        const int p = threadIdx.x + k * 32 * NW, r = p / (WS0 / 2), c2 = p % (WS0 / 2), x = xb - HX + 2 * c2;
+        c.r[k] = p < PAIRS ? r : 4;  // 4: no pair
+        c.dst[k] = r * WS + 2 * c2;
+        c.src[k] = r * n + x;
+        c.bytes[k] = x >= 0 && x < n ? (x + 1 < n ? 16 : 8) : 0;
+    }}
+    return c;
+}}
+
+// Chunk j of the strip (input rows ys - R + 4 j .. + 3) into ring slot j % SC, zero outside the grid; one
+// commit group per chunk, also when there is nothing left to copy. With n odd, every other row of the grid
+// starts 8 bytes off a 16-byte boundary, which a 16-byte cp.async may not: two 8-byte copies per pair there.
+__device__ __forceinline__ void issue(const double* __restrict__ in, double* ring, int n, int ys, int j, const Copies& c) {{
+    if (j < T + NCH - 1) {{
+        double* dst = ring + (j % SC) * 4 * WS;
+        const int i0 = ys - R + 4 * j;
+        const double* base = in + (long long)i0 * n;
+#pragma unroll
+        for (int k = 0; k < LOADS; ++k)
+            if (c.r[k] < 4) {{
+                const int i = i0 + c.r[k];
+                const int bytes = i >= 0 && i < n ? c.bytes[k] : 0;
+                const double* src = bytes ? base + c.src[k] : in;
+                if (n & 1) {{
+                    cp_async8(dst + c.dst[k], src, bytes ? 8 : 0);
+                    cp_async8(dst + c.dst[k] + 1, bytes == 16 ? src + 1 : in, bytes == 16 ? 8 : 0);
+                }} else
+                    cp_async16(dst + c.dst[k], src, bytes);
+            }}
+    }}
+    asm volatile("cp.async.commit_group;\n" ::);
+}}
+
+extern "C" __global__ void __launch_bounds__(32 * NW, MINB)
+stencil(const double* __restrict__ in, double* __restrict__ out, int n) {{
+    static_assert(SC >= NCH + 1, "a chunk in flight beside the NCH a patch row reads");
+    static_assert(H % 4 == 0 && K * K <= 4 * WS, "whole patch rows; the weights fit in a ring slot");
+    extern __shared__ __align__(16) double ring[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int xb = blockIdx.x * WT, ys = blockIdx.y * H;
+    const Copies cp = copies(n, xb);
+#pragma unroll
+    for (int j = 0; j < SC - 1; ++j) issue(in, ring, n, ys, j, cp);
+    // The weights pass through ring slot SC - 1, which the prologue leaves alone and iteration 0 fills only after
+    // its barrier: building the fragments from shared memory avoids 4 KS constant loads whose addresses differ
+    // across the warp (serialized by the constant cache).
+    double* sw = ring + (SC - 1) * 4 * WS;
+    for (int i = threadIdx.x; i < K * K; i += 32 * NW) sw[i] = c_w[i];
+    __syncthreads();
+    double a[KS][4];
+#pragma unroll
+    for (int s = 0; s < KS; ++s)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {{
+            const int h = i >> 1, o = g + 8 * (i & 1);
+            const int wy = s < NMAIN ? 2 * (s % (WIN / 2)) + h : 4 * (s - NMAIN) + (q >> 1) + 2 * h;
+            const int wx = s < NMAIN ? 4 * (s / (WIN / 2)) + q : 4 * NG4 + (q & 1);
+            const int dy = wy - (o >> 2), dx = wx - (o & 3);
+            a[s][i] = wy < WIN && dy >= 0 && dy <= 2 * R && dx >= 0 && dx <= 2 * R ? sw[dy * K + dx] : 0.0;
+        }}
+    // Window column 0 of the warp's first patch; lane offsets of the main and the tail steps' loads.
+    const double* w0 = ring + HX - R + warp * 32 * PX;
+    const int lmain = lane, ltail = 4 * g + (q & 1) + (q >> 1) * WS;
+    for (int t = 0; t < T; ++t) {{
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(SC - 1 - NCH));
+        __syncthreads();
+        issue(in, ring, n, ys, t + SC - 1, cp);
+        const double* ch[NCH];
+#pragma unroll
+        for (int c = 0; c < NCH; ++c) ch[c] = w0 + ((t + c) % SC) * 4 * WS;
+        double acc[PX][4];
+#pragma unroll
+        for (int p = 0; p < PX; ++p) acc[p][0] = acc[p][1] = acc[p][2] = acc[p][3] = 0.0;
+#pragma unroll
+        for (int s = 0; s < KS; ++s)
+#pragma unroll
+            for (int p = 0; p < PX; ++p) {{
+                double b0, b1;
+                if (s < NMAIN) {{
+                    const int rp = s % (WIN / 2), cg = s / (WIN / 2);
+                    const double* b = ch[rp >> 1] + 2 * (rp & 1) * WS + 4 * cg + 32 * p + lmain;
+                    b0 = b[0];
+                    b1 = b[WS];
+                }} else {{
+                    const int tt = s - NMAIN;
+                    const double* b = ch[tt] + 4 * NG4 + 32 * p + ltail;
+                    b0 = b[0];
+                    b1 = 4 * tt + 2 < WIN ? b[2 * WS] : 0.0;
+                }}
+                dmma16(acc[p], a[s], b0, b1);
+            }}
+        // D row o of patch column c is output (oy, ox) = (o / 4, o % 4) of patch c: lane (g, q) holds rows g and
+        // g + 8 of patches 2q and 2q + 1.
+#pragma unroll
+        for (int p = 0; p < PX; ++p)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {{
+                const int o = g + 8 * (i >> 1), y = ys + 4 * t + (o >> 2);
+                const int x = xb + (warp * PX + p) * 32 + 4 * (2 * q + (i & 1)) + (o & 3);
+                if (y < n && x < n) out[(size_t)y * n + x] = acc[p][i];
+            }}
+    }}
+}}
+"""
+
+
 # The stencil2d template's ring defaults (tiling=ring): the comparison point of sweeps 6-9.
 TEMPLATE_RING = {"kind": "ring", "W": 2, "BX": 128, "H": 120, "S": 4, "RB": 1, "WSMEM": 0, "WREG": 0, "MINB": 1,
                  "L2HINT": 1, "STCS": 0}
@@ -797,6 +980,7 @@ def main() -> None:
     parser.add_argument("--only-fused", action="store_true", help="run only the fused2 family")
     parser.add_argument("--gather", action="store_true", help="run the gather family and the template's ring")
     parser.add_argument("--dmma", action="store_true", help="run the FP64 tensor-core family and the template's ring")
+    parser.add_argument("--dmma16", action="store_true", help="run the m16n8k8 FP64 tensor-core family and the template's ring")
     parser.add_argument("--persist", action="store_true", help="run the ring with other strip heights and as a persistent grid")
     parser.add_argument("--wide", action="store_true", help="run the ring with wider tiles, deeper rings, streaming stores")
     parser.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "explore.json"))
@@ -839,6 +1023,12 @@ def main() -> None:
         variants = [TEMPLATE_RING]
         variants += [{"kind": "dmma", "W": tx, "NW": nw, "BX": 32 * nw, "H": h, "S": sc, "PADW": pad, "MINB": 1}
                      for nw in (2, 4, 8) for tx in (2, 4) for h in (64, 128) for sc in (3, 4) for pad in (0, 1)]
+    elif args.dmma16:  # FP64 tensor cores at the full rate; W is the groups of eight 4 x 4 patches per warp, S the
+        # ring's 4-row chunks: one more than a patch row reads (one chunk in flight) or two more
+        nch = (2 * r + 7) // 4
+        variants = [TEMPLATE_RING]
+        variants += [{"kind": "dmma16", "W": px, "NW": nw, "BX": 32 * nw, "H": h, "S": nch + ahead, "MINB": 1}
+                     for nw in (2, 4, 8) for px in (1, 2) for h in (64, 128) for ahead in (1, 2)]
     elif args.persist:  # sweep 8: the ring's last partial wave; strip heights, and a persistent grid
         # of 1 or 2 blocks per resident slot (PERSIST)
         variants = [{**TEMPLATE_RING, "H": h} for h in (120, 60, 90, 160, 240, 480)]
@@ -862,7 +1052,10 @@ def main() -> None:
             extra["PERSIST"] = int(bool(p.get("PERSIST")))
         if p["kind"] == "dmma":
             extra = {"TX": p["W"], "SC": p["S"]}
-        sources = {"ldg": SOURCE, "ring": RING_SOURCE, "fused2": FUSED_SOURCE, "gather": GATHER_SOURCE, "dmma": DMMA_SOURCE}
+        if p["kind"] == "dmma16":
+            extra = {"PX": p["W"], "SC": p["S"]}
+        sources = {"ldg": SOURCE, "ring": RING_SOURCE, "fused2": FUSED_SOURCE, "gather": GATHER_SOURCE, "dmma": DMMA_SOURCE,
+                   "dmma16": DMMA16_SOURCE}
         source = sources[p["kind"]].format(R=r, **{**p, **extra})
         module = cp.RawModule(code=source, options=("-std=c++17",))
         kernel = module.get_function("stencil")
@@ -886,6 +1079,9 @@ def main() -> None:
             ws = tile_x + 2 * hx
             ws += ((4 - ws % 16) + 16) % 16 if p["PADW"] else 0
             shared = 8 * p["S"] * 4 * ws
+        elif p["kind"] == "dmma16":  # S chunks of 4 rows of WS doubles (DMMA16_SOURCE's sizes)
+            tile_x = 32 * p["W"] * p["NW"]
+            shared = 8 * p["S"] * 4 * (tile_x + 2 * hx + 2)
         if shared:
             kernel.max_dynamic_shared_size_bytes = shared
         resident = 0
