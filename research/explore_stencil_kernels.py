@@ -1,6 +1,6 @@
 """Explore register-streaming stencil kernels on a GPU with CuPy (NVRTC builds each variant in about a second).
 
-Six families. `ldg`: each thread streams down its W columns, loading every input row from global memory
+Seven families. `ldg`: each thread streams down its W columns, loading every input row from global memory
 through L1. `ring`: the same with rows copied ahead into an S-stage shared-memory ring by cp.async (the
 kernel behind the stencil2d template's tiling=ring), RB input rows per barrier, weights from constant memory
 or as shared-memory broadcasts (WSMEM); with --persist also as a persistent grid (PERSIST) and with other
@@ -16,10 +16,15 @@ ring's 0.50: m8n8k4 runs at half the tensor-core rate on the H200, see research/
 4 x 4 output patches, K a patch's (4 + 2R)^2 input window padded to a multiple of 8 (2.12 times the stencil's
 FLOPs at R = 3), eight patches side by side per instruction, B gathered from a ring of 4-row chunks; checked
 only by a CPU emulation of its source (research/tests/test_stencil_explorer.py), not yet run on a GPU.
-Each variant is checked against a CuPy shifted-add FP64 reference (applied twice for fused2) at n and at
-n = 1002, then timed (median of CUDA-event times over back-to-back launches). Prints the measured copy
+`dmma16x2` (with --dmma16x2, beside fused2's best and the template's ring): two steps per launch, both on
+m16n8k8 DMMA with dmma16's lowering; step 1 over the tile's columns plus one more group of eight patches (the
+halo, zero outside the grid) into a second shared-memory ring of 4-row chunks, which step 2 reads as step 1
+reads the input ring (2.30-2.65 times the 2 x 49 taps' FLOPs per output at R = 3 in its variants, halo
+included); likewise checked only by the CPU emulation, not yet run on a GPU.
+Each variant is checked against a CuPy shifted-add FP64 reference (applied twice for fused2 and dmma16x2) at n
+and at n = 1002, then timed (median of CUDA-event times over back-to-back launches). Prints the measured copy
 floor and one line per variant, fastest per step first; writes every row to --json.
-Usage: python research/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused | --gather | --dmma | --dmma16 | --persist | --wide]
+Usage: python research/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused | --gather | --dmma | --dmma16 | --dmma16x2 | --persist | --wide]
 """
 
 from __future__ import annotations
@@ -946,9 +951,235 @@ stencil(const double* __restrict__ in, double* __restrict__ out, int n) {{
 """
 
 
+DMMA16X2_SOURCE = r"""
+#define R {R}
+#define K (2 * R + 1)
+#define NW {NW}
+#define G {G}
+#define H {H}
+#define SC {SC}
+#define MINB {MINB}
+#define HX (R + (R & 1))
+#define WIN (4 + 2 * R)
+#define NG4 (WIN / 4)
+#define NMAIN (NG4 * (WIN / 2))
+#define NTAIL (WIN % 4 ? (WIN + 3) / 4 : 0)
+#define KS (NMAIN + NTAIL)
+#define NCH ((WIN + 3) / 4)
+#define CH (4 * ((R + 3) / 4))
+#define G1 (G + 1)
+#define WT (32 * G)
+#define WS (32 * G1 + 2 * HX + 2)
+#define SC1 (NCH + 1)
+#define WN (WT + 2 * CH + 2 * HX)
+#define PAIRS (4 * WN / 2)
+#define T (H / 4)
+#define NT1 (T + NCH - 1)
+#define NI (T + R)
+#define NU (G1 + G)
+#define PU ((NU + NW - 1) / NW)
+#define SMEM_DOUBLES ((SC + SC1) * 4 * WS)
+
+// Two stencil steps per launch, both on FP64 tensor cores at the full sm_90 rate (mma.m16n8k8), each step
+// lowered as in dmma16 (4 x 4 output patches, K a patch's WIN x WIN window padded to KS k-steps of 8, eight
+// patches side by side per instruction, A = the weights in registers, B read from a ring of 4-row chunks; see
+// DMMA16_SOURCE for the fragment layout and the order of k, which are the same here, the A fragments too).
+// A block owns the WT = 32 G output columns [xb, xb + WT) (G groups of eight patches) and walks down the strip
+// of output rows [ys, ys + H), one patch row (4 rows) per iteration:
+// - Input ring: SC slots of 4-row chunks; chunk i holds input rows ys - 2R + 4 i .. + 3, columns from
+//   xb - CH - HX on (ring column 0); the WN columns [xb - CH - HX, xb + WT + CH + HX) are copied by cp.async,
+//   zero outside the grid. NI = T + R chunks per strip: the H + 4R rows two steps need, each copied once per
+//   strip (the 4R halo rows are copied again by the strips above and below).
+// - Step 1 (the intermediate grid t) is computed as G1 = G + 1 groups of eight patches: columns
+//   [xb - CH, xb - CH + 32 G1) with CH = R rounded up to a patch (4 at R <= 4), so a halo of CH >= R columns on
+//   the left and 32 - CH >= R on the right; rows [ys - R, ys - R + 4 NT1), NT1 = T + NCH - 1 patch rows
+//   (H + 2R rows rounded up to patches). Step-1 patch row j reads input chunks j .. j + NCH - 1 (its window
+//   starts at input row ys - 2R + 4 j) and writes step-1 chunk j (rows ys - R + 4 j .. + 3) into slot j % SC1
+//   of the step-1 ring, zero where the row or the column is outside the grid (what a second launch would read
+//   there). When H + 2R is not a multiple of 4 (odd R), the last patch row's rows past ys + H + R - 1 read
+//   chunks past NI (stale slots), and no step-2 window reaches them. Likewise the halo group's patches wholly
+//   outside [xb - CH, xb + WT + CH) read input columns never copied (stale shared memory), and no step-2
+//   window reaches them: a patch's D column depends on its B column only.
+// - Step-1 ring: SC1 = NCH + 1 slots of 4 rows, the same row stride WS as the input ring, so the B loads of both
+//   steps share their compile-time offsets; step-1 ring column 0 is grid column xb - CH.
+// - Step 2, patch row t: reads step-1 chunks t .. t + NCH - 1 exactly as step 1 reads input chunks, from ring
+//   column CH - R + 32 v (group v), and stores output rows ys + 4 t .. + 3 (as dmma16: D straight to global).
+// Work units: per patch row, NU = G1 + G groups of eight patches (G1 of step 1, G of step 2); unit v goes to
+// warp v % NW, as its unit v / NW of PU; PU DMMAs of a k-step are issued back to back (independent
+// accumulators), step-1 and step-2 units alike, since A is the same weights. NU % NW == 0 balances the warps
+// (e.g. NW = 3, G = 4: 3 units each); otherwise some warps idle a unit per patch row.
+// Iteration it (0 .. T + NCH - 1), after one cp.async wait and one __syncthreads: issue input chunk
+// it + SC - 1; step 1 for patch row it (if it < NT1); step 2 for patch row it - NCH (if it >= NCH), i.e. one
+// whose step-1 chunks it - NCH .. it - 1 were all written before this iteration's barrier. Sync: input slot
+// (it - 1) % SC, refilled here, was last read by step 1 in iteration it - 1; step-1 slot it % SC1, written
+// here, last held chunk it - SC1 = it - NCH - 1, last read by step 2 in iteration it - 1; chunk it + NCH - 1,
+// the newest step 1 reads, is complete after a wait that leaves SC - 1 - NCH groups in flight.
+// Redundant work, per output of the two steps: step 1 computes 32 G1 columns for WT outputs, a factor
+// (G + 1) / G (of the 32 halo columns only 2 CH are used: 8 at R = 3), and 4 NT1 = H + 4 NCH - 4 rows for H,
+// a factor (T + NCH - 1) / T (H + 8 for H + 6 needed at R = 3). MACs per output: 8 KS (1 + (G + 1) (T + NCH - 1)
+// / (G T)); at R = 3 (KS = 13: 104 per patch output and step, 2.12 times 49 taps) that is, against 2 x 49 = 98
+// taps, 2.65x for G = 3, H = 64; 2.55x for G = 4, H = 64; 2.47x for G = 4, H = 128; 2.43x for G = 7, H = 64;
+// 2.35x for G = 7, H = 128; 2.30x for G = 10, H = 128; 2.12x in the limit (the lowering's own padding; a step
+// at a time with dmma16 is 2.12x too, with no halo). Input columns copied per output
+// column: (WT + 2 CH + 2 HX) / WT (1.125 at G = 4, R = 3), the neighbouring tiles' overlap, mostly from L2.
+__constant__ double c_w[K * K];
+
+__device__ __forceinline__ void dmma16(double (&d)[4], const double (&a)[4], double b0, double b1) {{
+    asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\n"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3]) : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
+}}
+
+__device__ __forceinline__ void cp_async16(double* smem, const double* gmem, int bytes) {{
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}}
+
+__device__ __forceinline__ void cp_async8(double* smem, const double* gmem, int bytes) {{
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}}
+
+// The copies of one thread, as in dmma16: pair k (columns x, x + 1 of row r of a chunk, x = x0 + 2 c2 with
+// x0 = xb - CH - HX) is pair threadIdx.x + k * 32 NW of the chunk's WN / 2 pairs per row.
+#define LOADS ((PAIRS + 32 * NW - 1) / (32 * NW))
+struct Copies {{
+    int dst[LOADS], src[LOADS], r[LOADS], bytes[LOADS];
+}};
+
+__device__ __forceinline__ Copies copies(int n, int x0) {{
+    Copies c;
+#pragma unroll
+    for (int k = 0; k < LOADS; ++k) {{
+        const int p = threadIdx.x + k * 32 * NW, r = p / (WN / 2), c2 = p % (WN / 2), x = x0 + 2 * c2;
+        c.r[k] = p < PAIRS ? r : 4;  // 4: no pair
+        c.dst[k] = r * WS + 2 * c2;
+        c.src[k] = r * n + x;
+        c.bytes[k] = x >= 0 && x < n ? (x + 1 < n ? 16 : 8) : 0;
+    }}
+    return c;
+}}
+
+// Input chunk j of the strip (input rows ys - 2R + 4 j .. + 3) into ring slot j % SC, zero outside the grid;
+// one commit group per chunk, also when there is nothing left to copy; 8-byte copies at odd n (dmma16's issue).
+__device__ __forceinline__ void issue(const double* __restrict__ in, double* ring, int n, int ys, int j, const Copies& c) {{
+    if (j < NI) {{
+        double* dst = ring + (j % SC) * 4 * WS;
+        const int i0 = ys - 2 * R + 4 * j;
+        const double* base = in + (long long)i0 * n;
+#pragma unroll
+        for (int k = 0; k < LOADS; ++k)
+            if (c.r[k] < 4) {{
+                const int i = i0 + c.r[k];
+                const int bytes = i >= 0 && i < n ? c.bytes[k] : 0;
+                const double* src = bytes ? base + c.src[k] : in;
+                if (n & 1) {{
+                    cp_async8(dst + c.dst[k], src, bytes ? 8 : 0);
+                    cp_async8(dst + c.dst[k] + 1, bytes == 16 ? src + 1 : in, bytes == 16 ? 8 : 0);
+                }} else
+                    cp_async16(dst + c.dst[k], src, bytes);
+            }}
+    }}
+    asm volatile("cp.async.commit_group;\n" ::);
+}}
+
+extern "C" __global__ void __launch_bounds__(32 * NW, MINB)
+stencil(const double* __restrict__ in, double* __restrict__ out, int n) {{
+    static_assert(SC >= NCH + 1, "a chunk in flight beside the NCH a patch row reads");
+    static_assert(H % 4 == 0 && K * K <= 4 * WS, "whole patch rows; the weights fit in a ring slot");
+    static_assert(CH + R <= 32, "the halo group covers R step-1 columns on both sides");
+    extern __shared__ __align__(16) double ring[];  // SC input slots, then SC1 step-1 slots, each 4 rows of WS
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int xb = blockIdx.x * WT, ys = blockIdx.y * H;
+    const Copies cp = copies(n, xb - CH - HX);
+#pragma unroll
+    for (int j = 0; j < SC - 1; ++j) issue(in, ring, n, ys, j, cp);
+    // The weights pass through step-1 slot 0, which iteration 0 writes only after its barrier.
+    double* sw = ring + SC * 4 * WS;
+    for (int i = threadIdx.x; i < K * K; i += 32 * NW) sw[i] = c_w[i];
+    __syncthreads();
+    double a[KS][4];
+#pragma unroll
+    for (int s = 0; s < KS; ++s)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {{
+            const int h = i >> 1, o = g + 8 * (i & 1);
+            const int wy = s < NMAIN ? 2 * (s % (WIN / 2)) + h : 4 * (s - NMAIN) + (q >> 1) + 2 * h;
+            const int wx = s < NMAIN ? 4 * (s / (WIN / 2)) + q : 4 * NG4 + (q & 1);
+            const int dy = wy - (o >> 2), dx = wx - (o & 3);
+            a[s][i] = wy < WIN && dy >= 0 && dy <= 2 * R && dx >= 0 && dx <= 2 * R ? sw[dy * K + dx] : 0.0;
+        }}
+    // This warp's units: unit u is v = warp + NW u of the patch row; step (1 or 2, 0: none), group within its
+    // step, and the ring column of its first patch's window column 0.
+    int step[PU], grp[PU], col[PU];
+#pragma unroll
+    for (int u = 0; u < PU; ++u) {{
+        const int v = warp + NW * u;
+        step[u] = v < G1 ? 1 : v < NU ? 2 : 0;
+        grp[u] = v < G1 ? v : v - G1;
+        col[u] = v < G1 ? 32 * v + HX - R : 32 * (v - G1) + CH - R;
+    }}
+    const int lmain = lane, ltail = 4 * g + (q & 1) + (q >> 1) * WS;
+    for (int it = 0; it < T + NCH; ++it) {{
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(SC - 1 - NCH));
+        __syncthreads();
+        issue(in, ring, n, ys, it + SC - 1, cp);
+        // Step 1 reads input chunks it .. it + NCH - 1, step 2 step-1 chunks it - NCH .. it - 1.
+        bool live[PU];
+        const double* ch[PU][NCH];
+#pragma unroll
+        for (int u = 0; u < PU; ++u) {{
+            live[u] = step[u] == 1 ? it < NT1 : step[u] == 2 && it >= NCH;
+#pragma unroll
+            for (int c = 0; c < NCH; ++c)
+                ch[u][c] = ring + col[u] + (step[u] == 2 ? SC + (it - NCH + c + SC1) % SC1 : (it + c) % SC) * 4 * WS;
+        }}
+        double acc[PU][4];
+#pragma unroll
+        for (int u = 0; u < PU; ++u) acc[u][0] = acc[u][1] = acc[u][2] = acc[u][3] = 0.0;
+#pragma unroll
+        for (int s = 0; s < KS; ++s)
+#pragma unroll
+            for (int u = 0; u < PU; ++u)
+                if (live[u]) {{
+                    double b0, b1;
+                    if (s < NMAIN) {{
+                        const int rp = s % (WIN / 2), cg = s / (WIN / 2);
+                        const double* b = ch[u][rp >> 1] + 2 * (rp & 1) * WS + 4 * cg + lmain;
+                        b0 = b[0];
+                        b1 = b[WS];
+                    }} else {{
+                        const int tt = s - NMAIN;
+                        const double* b = ch[u][tt] + 4 * NG4 + ltail;
+                        b0 = b[0];
+                        b1 = 4 * tt + 2 < WIN ? b[2 * WS] : 0.0;
+                    }}
+                    dmma16(acc[u], a[s], b0, b1);
+                }}
+        // D row o of patch column c is output (o / 4, o % 4) of patch c: lane (g, q) holds rows g and g + 8 of
+        // patches 2q and 2q + 1. Step 1: into step-1 slot it % SC1, zero outside the grid; step 2: to out.
+#pragma unroll
+        for (int u = 0; u < PU; ++u)
+            if (live[u])
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {{
+                    const int o = g + 8 * (i >> 1), oy = o >> 2, ox = 32 * grp[u] + 4 * (2 * q + (i & 1)) + (o & 3);
+                    if (step[u] == 1) {{
+                        const int y = ys - R + 4 * it + oy, x = xb - CH + ox;
+                        ring[(SC + it % SC1) * 4 * WS + oy * WS + ox] = y >= 0 && y < n && x >= 0 && x < n ? acc[u][i] : 0.0;
+                    }} else {{
+                        const int y = ys + 4 * (it - NCH) + oy, x = xb + ox;
+                        if (y < n && x < n) out[(size_t)y * n + x] = acc[u][i];
+                    }}
+                }}
+    }}
+}}
+"""
+
 # The stencil2d template's ring defaults (tiling=ring): the comparison point of sweeps 6-9.
 TEMPLATE_RING = {"kind": "ring", "W": 2, "BX": 128, "H": 120, "S": 4, "RB": 1, "WSMEM": 0, "WREG": 0, "MINB": 1,
                  "L2HINT": 1, "STCS": 0}
+# fused2's best on the H200 (sweep 5, docs/stencil2d-h200.md: 0.516 ms per step): the comparison point of dmma16x2.
+FUSED2_BEST = {"kind": "fused2", "W": 2, "BX": 128, "H": 120, "S": 4, "TRIM": 1, "MINB": 1}
 
 
 def reference(field, weights: np.ndarray, steps: int = 1):
@@ -981,6 +1212,8 @@ def main() -> None:
     parser.add_argument("--gather", action="store_true", help="run the gather family and the template's ring")
     parser.add_argument("--dmma", action="store_true", help="run the FP64 tensor-core family and the template's ring")
     parser.add_argument("--dmma16", action="store_true", help="run the m16n8k8 FP64 tensor-core family and the template's ring")
+    parser.add_argument("--dmma16x2", action="store_true",
+                        help="run the two-step m16n8k8 FP64 tensor-core family beside fused2's best and the template's ring")
     parser.add_argument("--persist", action="store_true", help="run the ring with other strip heights and as a persistent grid")
     parser.add_argument("--wide", action="store_true", help="run the ring with wider tiles, deeper rings, streaming stores")
     parser.add_argument("--json", default=os.path.join(os.environ.get("OUT", "."), "explore.json"))
@@ -994,7 +1227,7 @@ def main() -> None:
     small = cp.asarray(rng.random((1002, 1002)) * 2 - 1)
     want, want_small = reference(field, weights), reference(small, weights)
     fused = args.fused or args.only_fused
-    if fused:
+    if fused or args.dmma16x2:
         want2, want2_small = reference(field, weights, 2), reference(small, weights, 2)
     out = cp.empty_like(field)
     copy_ms = time_it(lambda: out.__setitem__(Ellipsis, field), args.repeats)
@@ -1029,6 +1262,16 @@ def main() -> None:
         variants = [TEMPLATE_RING]
         variants += [{"kind": "dmma16", "W": px, "NW": nw, "BX": 32 * nw, "H": h, "S": nch + ahead, "MINB": 1}
                      for nw in (2, 4, 8) for px in (1, 2) for h in (64, 128) for ahead in (1, 2)]
+    elif args.dmma16x2:  # two steps on FP64 tensor cores; W is the output groups of eight 4 x 4 patches per block
+        # (step 1 computes W + 1), NW warps share the 2 W + 1 groups of a patch row, 3 per warp (balanced; 7 warps
+        # x 1 with W = 3; 4 warps x 5 with W = 8 leaves three of 20 slots idle), S the input ring's 4-row chunks
+        # (the step-1 ring has NCH + 1). ptxas, sm_90, R = 3: 212, 214, 189, 168, 255 registers, no spills.
+        nch = (2 * r + 7) // 4
+        variants = [FUSED2_BEST, TEMPLATE_RING]
+        variants += [{"kind": "dmma16x2", "W": g, "NW": nw, "BX": 32 * nw, "H": h, "S": nch + 1, "MINB": 1}
+                     for nw, g in ((3, 4), (5, 7), (7, 10), (7, 3), (4, 8)) for h in (64, 128)]
+        variants += [{"kind": "dmma16x2", "W": g, "NW": nw, "BX": 32 * nw, "H": 128, "S": nch + 2, "MINB": 1}
+                     for nw, g in ((3, 4), (5, 7))]
     elif args.persist:  # sweep 8: the ring's last partial wave; strip heights, and a persistent grid
         # of 1 or 2 blocks per resident slot (PERSIST)
         variants = [{**TEMPLATE_RING, "H": h} for h in (120, 60, 90, 160, 240, 480)]
@@ -1054,12 +1297,14 @@ def main() -> None:
             extra = {"TX": p["W"], "SC": p["S"]}
         if p["kind"] == "dmma16":
             extra = {"PX": p["W"], "SC": p["S"]}
+        if p["kind"] == "dmma16x2":
+            extra = {"G": p["W"], "SC": p["S"]}
         sources = {"ldg": SOURCE, "ring": RING_SOURCE, "fused2": FUSED_SOURCE, "gather": GATHER_SOURCE, "dmma": DMMA_SOURCE,
-                   "dmma16": DMMA16_SOURCE}
+                   "dmma16": DMMA16_SOURCE, "dmma16x2": DMMA16X2_SOURCE}
         source = sources[p["kind"]].format(R=r, **{**p, **extra})
         module = cp.RawModule(code=source, options=("-std=c++17",))
         kernel = module.get_function("stencil")
-        steps = 2 if p["kind"] == "fused2" else 1
+        steps = 2 if p["kind"] in ("fused2", "dmma16x2") else 1
         tile_x = p["BX"] * p["W"]  # output columns per block
         shared = 0
         if p["kind"] == "ring":
@@ -1082,6 +1327,9 @@ def main() -> None:
         elif p["kind"] == "dmma16":  # S chunks of 4 rows of WS doubles (DMMA16_SOURCE's sizes)
             tile_x = 32 * p["W"] * p["NW"]
             shared = 8 * p["S"] * 4 * (tile_x + 2 * hx + 2)
+        elif p["kind"] == "dmma16x2":  # S input and NCH + 1 step-1 chunks of 4 rows of WS doubles (DMMA16X2_SOURCE's)
+            tile_x = 32 * p["W"]
+            shared = 8 * (p["S"] + (2 * r + 7) // 4 + 1) * 4 * (tile_x + 32 + 2 * hx + 2)
         if shared:
             kernel.max_dynamic_shared_size_bytes = shared
         resident = 0

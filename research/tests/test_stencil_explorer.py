@@ -1,9 +1,10 @@
-"""The explorer's FP64 tensor-core kernels (`research/explore_stencil_kernels.py --dmma` and `--dmma16`), emulated
+"""The explorer's FP64 tensor-core kernels (`research/explore_stencil_kernels.py --dmma`, `--dmma16`, `--dmma16x2`), emulated
 on the CPU: each CUDA source compiled as C++ with one std::thread per CUDA thread, a barrier for __syncthreads,
 the warp's mma.m8n8k4 or mma.m16n8k8 done by its 32 lanes together in the PTX fragment layout, cp.async as an
 immediate copy or deferred to the wait that must complete it, under AddressSanitizer; every output compared
 with the stencil's definition. On the H200 the m8n8k4 kernel is correct and slower than the ring
-(docs/stencil2d-h200.md); the m16n8k8 one has not run on a GPU yet, so this emulation is its only check."""
+(docs/stencil2d-h200.md); the m16n8k8 ones (one step, and two steps per launch) have not run on a GPU yet,
+so this emulation is their only check."""
 
 from __future__ import annotations
 
@@ -115,10 +116,13 @@ static inline void cp_async_wait(size_t pending) {  // all committed groups but 
 """
 
 MAIN = r"""
+#ifndef SMEM_DOUBLES  // the kernel's dynamic shared memory: one ring of SC chunks of 4 rows, unless it says
+#define SMEM_DOUBLES (SC * 4 * WS)
+#endif
 int main(int argc, char** argv) {
     int n = std::atoi(argv[1]);
     g_defer = argc > 4;
-    std::vector<double> in((size_t)n * n), out((size_t)n * n, NAN), shared(SC * 4 * WS);
+    std::vector<double> in((size_t)n * n), out((size_t)n * n, NAN), shared(SMEM_DOUBLES);
     FILE* f = std::fopen(argv[2], "rb");
     if (std::fread(in.data(), 8, in.size(), f) != in.size() || std::fread(c_w, 8, K * K, f) != K * K) return 2;
     std::fclose(f);
@@ -191,8 +195,9 @@ def build(source: str, tmp_path: Path) -> None:
     assert build.returncode == 0, build.stderr[-3000:]
 
 
-def check_stencil(source: str, radius: int, tmp_path: Path) -> None:
-    """Build the emulation and compare every output with the stencil's definition on small grids."""
+def check_stencil(source: str, radius: int, tmp_path: Path, steps: int = 1) -> None:
+    """Build the emulation and compare every output with the stencil's definition (`steps` steps) on small
+    grids."""
     build(source, tmp_path)
     rng = np.random.default_rng(radius)
     k = 2 * radius + 1
@@ -204,7 +209,8 @@ def check_stencil(source: str, radius: int, tmp_path: Path) -> None:
         run = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-3000:]
         got = np.fromfile(tmp_path / "out.bin").reshape(n, n)
-        assert np.abs(got - reference(field, weights, 1)).max() < 1e-14, (n, copies)  # NaN (never written) fails too
+        error = np.abs(got - reference(field, weights, steps)).max()
+        assert error < (1e-14 if steps == 1 else 1e-13), (n, copies, error)  # NaN (never written) fails too
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
@@ -247,3 +253,19 @@ def test_the_emulated_m16n8k8_follows_the_ptx_fragment_layout(tmp_path):
 ], ids=lambda p: f"radius{p['R']}-{p['NW']}warps-{8 * p['PX']}patches-per-warp")
 def test_the_full_rate_fp64_tensor_core_kernel_computes_the_stencil_emulated_on_the_cpu(params, tmp_path):
     check_stencil(emulation("DMMA16_SOURCE", {**params, "MINB": 1}, aligned=True), params["R"], tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
+@pytest.mark.parametrize("params", [
+    {"R": 3, "NW": 1, "G": 1, "H": 16, "SC": 4},  # 3 units on one warp; at n = 37 two column tiles, three strips
+    {"R": 3, "NW": 3, "G": 4, "H": 12, "SC": 5},  # 9 units on 3 warps (balanced), two input chunks in flight
+    {"R": 3, "NW": 2, "G": 1, "H": 8, "SC": 4},  # 3 units on 2 warps: one warp idles a unit
+    {"R": 1, "NW": 2, "G": 1, "H": 16, "SC": 3},  # 2 chunks per window, the input ring one deeper than read
+    {"R": 1, "NW": 3, "G": 2, "H": 20, "SC": 4},  # 5 units on 3 warps: step-1 and step-2 units on one warp
+    {"R": 4, "NW": 3, "G": 1, "H": 12, "SC": 5},  # 18 k-steps, no tail steps; a halo of CH = R columns
+    {"R": 4, "NW": 1, "G": 2, "H": 8, "SC": 6},  # 5 units on one warp, three input chunks in flight
+], ids=lambda p: f"radius{p['R']}-{p['NW']}warps-{8 * p['G']}patches-H{p['H']}-S{p['SC']}")
+def test_the_two_step_fp64_tensor_core_kernel_computes_two_steps_emulated_on_the_cpu(params, tmp_path):
+    """DMMA16X2_SOURCE (`--dmma16x2`): step 1 on the tile's columns plus a halo group of eight patches, zero
+    outside the grid, through a second ring into step 2; against the definition applied twice."""
+    check_stencil(emulation("DMMA16X2_SOURCE", {**params, "MINB": 1}, aligned=True), params["R"], tmp_path, steps=2)
