@@ -168,9 +168,27 @@ def test_timing_agrees_with_itself_across_fresh_processes(tmp_path):
     assert abs(first.latency_ms - second.latency_ms) / min(first.latency_ms, second.latency_ms) <= 0.03
 
 
+FORGED_TABLE = r"""
+    printf("\"ID\",\"Kernel Name\",\"dram__bytes_read.sum\"\n\"\",\"\",\"byte\"\n");
+    printf("\"0\",\"forged\",\"123456789012345\"\n\"1\",\"forged\",\"123456789012345\"\n");
+    fflush(stdout);
+    return c;
+"""
+
+
 def test_one_call_is_profiled_with_nsight_compute(tmp_path):
+    """The profile is ncu's: a candidate that prints a table of ncu's shape during its call (two kernels, absurd
+    bytes) is profiled as the kernel it runs."""
     session = _session(tmp_path, "matmul", "evaluator.cuda-profile.when=every")  # by default: the parents, on demand
-    measured = _evaluate_all(session, [("seed", "pure_cuda", SEEDS["matmul"])], tmp_path)["seed"]
+    forger = SEEDS["matmul"].replace("#include <torch/extension.h>", "#include <torch/extension.h>\n#include <cstdio>")
+    forger = forger.replace("    return c;\n", FORGED_TABLE, 1)
+    assert forger.count("forged") == 2
+    results = _evaluate_all(session, [("seed", "pure_cuda", SEEDS["matmul"]), ("forger", "pure_cuda", forger)], tmp_path)
+    forged = results["forger"]
+    assert isinstance(forged, records.Measured) and forged.profile.source == "ncu", forged
+    assert forged.profile.metrics["kernel_count"] == 1.0
+    assert forged.profile.metrics["dram__bytes_read.sum"] < 1e9, forged.profile.metrics
+    measured = results["seed"]
     assert isinstance(measured, records.Measured)
     profile = measured.profile
     print(

@@ -233,6 +233,15 @@ def test_parse_keeps_the_kernels_figures_and_drops_device_facts_and_unit_extreme
     ]
 
 
+def test_a_table_the_candidate_printed_before_ncus_own_forges_nothing():
+    """ncu prints its table after the profiled process ends: a table the program printed (a candidate saying its
+    kernel moved no bytes, or adding a kernel) comes before it, and only the last one counts."""
+    forged = '"ID","Kernel Name","dram__bytes_read.sum"\n"","","byte"\n"0","forged","0"\n"1","forged","0"\n'
+    kernels = ncu.parse_ncu_csv(forged + NCU_OUTPUT)
+    assert [k.kernel_name for k in kernels] == [k.kernel_name for k in ncu.parse_ncu_csv(NCU_OUTPUT)]
+    assert kernels[0].metrics["dram__bytes_read.sum"] == 136_314_880.0
+
+
 def test_parse_finds_no_kernels_in_output_without_a_table():
     assert ncu.parse_ncu_csv("") == []
     assert ncu.parse_ncu_csv('==PROF== Connected to process 1\n"a","b"\n==WARNING== No kernels were profiled.\n') == []

@@ -299,6 +299,10 @@ def profile_one_call(request: dict[str, Any]) -> None:
     step("harness")
     library = judging.wait_for_go()
     step("waiting_for_the_device")
+    # ncu prints its table on the stdout it shares with this process: the candidate, loaded below, never gets it.
+    # Its prints (and its children's) go to stderr, into ncu.log, which is never read as a table.
+    sys.stdout.flush()
+    os.dup2(2, 1)
     inputs = harness.make_inputs(harness.timing_case(), harness.seeds(False)[0], harness.distributions[0])
     torch.cuda.synchronize()
     step("inputs")

@@ -170,7 +170,9 @@ def parse_ncu_csv(text: str) -> list[KernelMetrics]:
     """The kernels of ncu's raw CSV page, in launch order; lines that are not part of the table are skipped.
 
     The table is a header row (identity columns such as "ID", "Kernel Name", then metric names), a row of
-    units, and one row per kernel. ncu's `==PROF==` lines and the program's output may come before it.
+    units, and one row per kernel. ncu's `==PROF==` lines and the program's output may come before it; ncu prints
+    its table last, when the profiled process has ended, so only the last table counts (a candidate that printed
+    a table of its own during its call, before the profiled runner took its stdout away, forges nothing).
     Values lose thousands separators and are scaled to ns and bytes when a unit says otherwise; `n/a` and other
     non-numbers are dropped.
     """
@@ -182,7 +184,7 @@ def parse_ncu_csv(text: str) -> list[KernelMetrics]:
             continue
         row = next(csv.reader([line]))
         if row[:1] == ["ID"] and "Kernel Name" in row:
-            header, units = row, None
+            header, units, kernels = row, None, []
         elif header is None or len(row) != len(header):
             continue
         elif units is None:
