@@ -24,7 +24,7 @@ included); likewise checked only by the CPU emulation, not yet run on a GPU.
 Each variant is checked against a CuPy shifted-add FP64 reference (applied twice for fused2 and dmma16x2) at n
 and at n = 1002, then timed (median of CUDA-event times over back-to-back launches). Prints the measured copy
 floor and one line per variant, fastest per step first; writes every row to --json.
-Usage: python research/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick] [--fused | --only-fused | --gather | --dmma | --dmma16 | --dmma16x2 | --persist | --wide]
+Usage: python research/explore_stencil_kernels.py [--n 10240] [--radius 3] [--quick | --variant I] [--fused | --only-fused | --gather | --dmma | --dmma16 | --dmma16x2 | --persist | --wide]
 """
 
 from __future__ import annotations
@@ -1207,6 +1207,7 @@ def main() -> None:
     parser.add_argument("--radius", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--variant", type=int, help="run only this entry of the family's list (0: the comparison kernel)")
     parser.add_argument("--fused", action="store_true", help="also run the two-steps-in-one-pass family fused2")
     parser.add_argument("--only-fused", action="store_true", help="run only the fused2 family")
     parser.add_argument("--gather", action="store_true", help="run the gather family and the template's ring")
@@ -1286,6 +1287,8 @@ def main() -> None:
         variants += fused_variants
     if args.quick:
         variants = variants[:1]
+    if args.variant is not None:  # one kernel of the family, e.g. under ncu (it is launched 4 + repeats times)
+        variants = [variants[args.variant]]
     rows = []
     for p in variants:
         t0 = time.perf_counter()
