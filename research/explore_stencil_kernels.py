@@ -627,6 +627,50 @@ extern "C" __global__ void __launch_bounds__(32 * NW, MINB) stencil(const double
 """
 
 
+# Pieces the chunk-ring kernels (dmma, dmma16, dmma16x2) share, as format strings like the sources.
+CP_ASYNC16 = r"""__device__ __forceinline__ void cp_async16(double* smem, const double* gmem, int bytes) {{
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}}
+"""
+
+CHUNK_COPIES = r"""// The copies of one thread: pair k (columns x, x + 1 of row r of a chunk, x = x0 + 2 c2 with x0 the chunk's first
+// column) is pair threadIdx.x + k * 32 NW of the chunk's WN / 2 pairs a row; where it lands in a ring slot, where it
+// comes from relative to the chunk's first input row, and how many of its bytes are inside the grid's columns.
+// Fixed for the whole strip.
+#define LOADS ((PAIRS + 32 * NW - 1) / (32 * NW))
+struct Copies {{
+    int dst[LOADS], src[LOADS], r[LOADS], bytes[LOADS];
+}};
+
+__device__ __forceinline__ Copies copies(int n, int x0) {{
+    Copies c;
+#pragma unroll
+    for (int k = 0; k < LOADS; ++k) {{
+        const int p = threadIdx.x + k * 32 * NW, r = p / (WN / 2), c2 = p % (WN / 2), x = x0 + 2 * c2;
+        c.r[k] = p < PAIRS ? r : 4;  // 4: no pair
+        c.dst[k] = r * WS + 2 * c2;
+        c.src[k] = r * n + x;
+        c.bytes[k] = x >= 0 && x < n ? (x + 1 < n ? 16 : 8) : 0;
+    }}
+    return c;
+}}
+"""
+
+DMMA16_INSTRUCTION = r"""__device__ __forceinline__ void dmma16(double (&d)[4], const double (&a)[4], double b0, double b1) {{
+    asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\n"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3]) : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
+}}
+
+""" + CP_ASYNC16 + r"""
+__device__ __forceinline__ void cp_async8(double* smem, const double* gmem, int bytes) {{
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}}
+
+"""
+
+
 DMMA_SOURCE = r"""
 #define R {R}
 #define K (2 * R + 1)
@@ -641,7 +685,8 @@ DMMA_SOURCE = r"""
 #define WT (8 * TX * NW)
 #define WS0 (WT + 2 * HX)
 #define WS (PADW ? WS0 + ((4 - WS0 % 16) + 16) % 16 : WS0)
-#define PAIRS (4 * WS0 / 2)
+#define WN WS0
+#define PAIRS (4 * WN / 2)
 #define T (H / 8)
 
 // FP64 tensor cores (DMMA, mma.m8n8k4). A warp owns TX tiles of 8 x 8 outputs side by side and walks down a
@@ -661,32 +706,7 @@ __device__ __forceinline__ void dmma(double& d0, double& d1, double a, double b)
         : "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
 }}
 
-__device__ __forceinline__ void cp_async16(double* smem, const double* gmem, int bytes) {{
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}}
-
-// The copies of one thread: pair k (columns x, x + 1 of row r of a chunk) is pair threadIdx.x + k * 32 NW of
-// the chunk; where it lands in a ring slot, where it comes from relative to the chunk's first input row, and
-// how many of its bytes are inside the grid's columns. Fixed for the whole strip.
-#define LOADS ((PAIRS + 32 * NW - 1) / (32 * NW))
-struct Copies {{
-    int dst[LOADS], src[LOADS], r[LOADS], bytes[LOADS];
-}};
-
-__device__ __forceinline__ Copies copies(int n, int xb) {{
-    Copies c;
-#pragma unroll
-    for (int k = 0; k < LOADS; ++k) {{
-        const int p = threadIdx.x + k * 32 * NW, r = p / (WS0 / 2), c2 = p % (WS0 / 2), x = xb - HX + 2 * c2;
-        c.r[k] = p < PAIRS ? r : 4;  // 4: no pair
-        c.dst[k] = r * WS + 2 * c2;
-        c.src[k] = r * n + x;
-        c.bytes[k] = x >= 0 && x < n ? (x + 1 < n ? 16 : 8) : 0;
-    }}
-    return c;
-}}
-
+""" + CP_ASYNC16 + "\n" + CHUNK_COPIES + r"""
 // Chunk j of the strip (input rows ys - R + 4 j .. + 3) into ring slot j % SC, zero outside the grid; one
 // commit group per chunk, also when there is nothing left to copy.
 __device__ __forceinline__ void issue(const double* __restrict__ in, double* ring, int n, int ys, int j, const Copies& c) {{
@@ -761,7 +781,7 @@ stencil(const double* __restrict__ in, double* __restrict__ out, int n) {{
         }}
     double acc[2][TX][2];
 #pragma unroll
-    const Copies cp = copies(n, xb);
+    const Copies cp = copies(n, xb - HX);
 #pragma unroll
     for (int j = 0; j < SC - 1; ++j) issue(in, ring, n, ys, j, cp);
     for (int t = 0; t <= T; t += 2) {{
@@ -790,7 +810,8 @@ DMMA16_SOURCE = r"""
 #define WT (32 * PX * NW)
 #define WS0 (WT + 2 * HX)
 #define WS (WS0 + 2)
-#define PAIRS (4 * WS0 / 2)
+#define WN WS0
+#define PAIRS (4 * WN / 2)
 #define T (H / 4)
 
 // FP64 tensor cores at the full sm_90 rate (DMMA, mma.m16n8k8). The outputs are cut into 4 x 4 patches; for
@@ -818,42 +839,7 @@ DMMA16_SOURCE = r"""
 // step's two rows fall on complementary banks.
 __constant__ double c_w[K * K];
 
-__device__ __forceinline__ void dmma16(double (&d)[4], const double (&a)[4], double b0, double b1) {{
-    asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\n"
-        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3]) : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
-}}
-
-__device__ __forceinline__ void cp_async16(double* smem, const double* gmem, int bytes) {{
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}}
-
-__device__ __forceinline__ void cp_async8(double* smem, const double* gmem, int bytes) {{
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}}
-
-// The copies of one thread: pair k (columns x, x + 1 of row r of a chunk) is pair threadIdx.x + k * 32 NW of
-// the chunk; where it lands in a ring slot, where it comes from relative to the chunk's first input row, and
-// how many of its bytes are inside the grid's columns. Fixed for the whole strip.
-#define LOADS ((PAIRS + 32 * NW - 1) / (32 * NW))
-struct Copies {{
-    int dst[LOADS], src[LOADS], r[LOADS], bytes[LOADS];
-}};
-
-__device__ __forceinline__ Copies copies(int n, int xb) {{
-    Copies c;
-#pragma unroll
-    for (int k = 0; k < LOADS; ++k) {{
-        const int p = threadIdx.x + k * 32 * NW, r = p / (WS0 / 2), c2 = p % (WS0 / 2), x = xb - HX + 2 * c2;
-        c.r[k] = p < PAIRS ? r : 4;  // 4: no pair
-        c.dst[k] = r * WS + 2 * c2;
-        c.src[k] = r * n + x;
-        c.bytes[k] = x >= 0 && x < n ? (x + 1 < n ? 16 : 8) : 0;
-    }}
-    return c;
-}}
-
+""" + DMMA16_INSTRUCTION + CHUNK_COPIES + r"""
 // Chunk j of the strip (input rows ys - R + 4 j .. + 3) into ring slot j % SC, zero outside the grid; one
 // commit group per chunk, also when there is nothing left to copy. With n odd, every other row of the grid
 // starts 8 bytes off a 16-byte boundary, which a 16-byte cp.async may not: two 8-byte copies per pair there.
@@ -885,7 +871,7 @@ stencil(const double* __restrict__ in, double* __restrict__ out, int n) {{
     extern __shared__ __align__(16) double ring[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int xb = blockIdx.x * WT, ys = blockIdx.y * H;
-    const Copies cp = copies(n, xb);
+    const Copies cp = copies(n, xb - HX);
 #pragma unroll
     for (int j = 0; j < SC - 1; ++j) issue(in, ring, n, ys, j, cp);
     // The weights pass through ring slot SC - 1, which the prologue leaves alone and iteration 0 fills only after
@@ -1024,41 +1010,7 @@ DMMA16X2_SOURCE = r"""
 // column: (WT + 2 CH + 2 HX) / WT (1.125 at G = 4, R = 3), the neighbouring tiles' overlap, mostly from L2.
 __constant__ double c_w[K * K];
 
-__device__ __forceinline__ void dmma16(double (&d)[4], const double (&a)[4], double b0, double b1) {{
-    asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\n"
-        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3]) : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
-}}
-
-__device__ __forceinline__ void cp_async16(double* smem, const double* gmem, int bytes) {{
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}}
-
-__device__ __forceinline__ void cp_async8(double* smem, const double* gmem, int bytes) {{
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}}
-
-// The copies of one thread, as in dmma16: pair k (columns x, x + 1 of row r of a chunk, x = x0 + 2 c2 with
-// x0 = xb - CH - HX) is pair threadIdx.x + k * 32 NW of the chunk's WN / 2 pairs per row.
-#define LOADS ((PAIRS + 32 * NW - 1) / (32 * NW))
-struct Copies {{
-    int dst[LOADS], src[LOADS], r[LOADS], bytes[LOADS];
-}};
-
-__device__ __forceinline__ Copies copies(int n, int x0) {{
-    Copies c;
-#pragma unroll
-    for (int k = 0; k < LOADS; ++k) {{
-        const int p = threadIdx.x + k * 32 * NW, r = p / (WN / 2), c2 = p % (WN / 2), x = x0 + 2 * c2;
-        c.r[k] = p < PAIRS ? r : 4;  // 4: no pair
-        c.dst[k] = r * WS + 2 * c2;
-        c.src[k] = r * n + x;
-        c.bytes[k] = x >= 0 && x < n ? (x + 1 < n ? 16 : 8) : 0;
-    }}
-    return c;
-}}
-
+""" + DMMA16_INSTRUCTION + CHUNK_COPIES + r"""
 // Input chunk j of the strip (input rows ys - 2R + 4 j .. + 3) into ring slot j % SC, zero outside the grid;
 // one commit group per chunk, also when there is nothing left to copy; 8-byte copies at odd n (dmma16's issue).
 __device__ __forceinline__ void issue(const double* __restrict__ in, double* ring, int n, int ys, int j, const Copies& c) {{
