@@ -520,6 +520,20 @@ STOP_POLL_S = 0.1
 """How often `run_sandboxed` asks its `stop` whether to end the command early."""
 
 
+@attrs.frozen
+class Handshake:
+    """For a program that prepares before it needs what `lock` guards (a profiler's and its Python's start-up, ~8 s
+    of every parent's profile on an H100, before any work on the GPU): `run_sandboxed` enters `lock` when the program
+    prints `ready` on a line of its own on stdout, then writes `go` and a newline on its stdin, and holds the lock
+    until the program has ended. The program's `timeout_s` counts again from `go`, so the wait for the lock is not
+    its time. Only a line that comes before `go` is read as `ready`: what the program runs after it cannot take the
+    lock back."""
+
+    ready: str
+    go: str
+    lock: contextlib.AbstractContextManager
+
+
 def run_sandboxed(
     command: Sequence[str],
     *,
@@ -534,10 +548,11 @@ def run_sandboxed(
     log_bytes: int = 16 << 20,
     hide_outside: bool = False,
     stop: Callable[[], bool] | None = None,
+    handshake: Handshake | None = None,
 ) -> IsolatedResult:
     """Run `command` (a compiler, a profiler) in a sandbox where `cwd` and `writable` can be written (and
     `readable` must be seen); kill everything in it on time-out, or as soon as `stop` says so (checked every
-    `STOP_POLL_S`; the result is then `stopped`).
+    `STOP_POLL_S`; the result is then `stopped`). With a `handshake`, `stdin` stays open for its `go`.
 
     `memory_bytes` limits the sandbox's cgroup and every process in it (RLIMIT_DATA, so it holds without a
     cgroup too); `file_bytes` every file it writes (RLIMIT_FSIZE). Of stdout and stderr each, at most
@@ -561,23 +576,35 @@ def run_sandboxed(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    pipes = [BoundedPipe(box.process.stdout, log_bytes), BoundedPipe(box.process.stderr, log_bytes)]
-    threading.Thread(target=_feed, args=(box.process.stdin, stdin.encode()), daemon=True).start()
+    ready = handshake.ready.encode() if handshake is not None else None
+    pipes = [BoundedPipe(box.process.stdout, log_bytes, marker=ready), BoundedPipe(box.process.stderr, log_bytes)]
+    feeding = threading.Thread(target=_feed, args=(box.process.stdin, stdin.encode(), ready is None), daemon=True)
+    feeding.start()
+    poll_s = STOP_POLL_S if stop is not None or handshake is not None else None
     deadline = time.monotonic() + timeout_s
-    timed_out = stopped = False
-    try:
-        while box.process.poll() is None:
-            if stop is not None and stop():
-                stopped = True
-                break
-            if (remaining := deadline - time.monotonic()) <= 0:
-                timed_out = True
-                break
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                box.process.wait(timeout=min(remaining, STOP_POLL_S) if stop is not None else remaining)
-    finally:
-        box.kill()
-    box.process.wait()
+    timed_out = stopped = went = False
+    with contextlib.ExitStack() as held:  # left when the program has ended: what it holds is held to its end
+        try:
+            while box.process.poll() is None:
+                if stop is not None and stop():
+                    stopped = True
+                    break
+                if handshake is not None and not went and pipes[0].seen.is_set():
+                    held.enter_context(handshake.lock)
+                    went = True
+                    feeding.join()
+                    _feed(box.process.stdin, f"{handshake.go}\n".encode(), True)
+                    deadline = time.monotonic() + timeout_s
+                if (remaining := deadline - time.monotonic()) <= 0:
+                    timed_out = True
+                    break
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    box.process.wait(timeout=min(remaining, poll_s) if poll_s is not None else remaining)
+        finally:
+            box.kill()
+        box.process.wait()
+    with contextlib.suppress(OSError, ValueError):  # left open for a `go` that was never sent
+        piped(box.process.stdin).close()
     for pipe in pipes:
         pipe.join(timeout=10)
     return IsolatedResult(
@@ -748,17 +775,24 @@ _INCLUDE = re.compile(r'^[ \t]*#[ \t]*(?:include|include_next|import|embed)[ \t]
 
 
 class BoundedPipe(threading.Thread):
-    """Reads a pipe to its end, keeping its first and last `limit // 2` bytes and counting the rest."""
+    """Reads a pipe to its end, keeping its first and last `limit // 2` bytes and counting the rest; `seen` is set
+    once a line that is `marker` has come."""
 
-    def __init__(self, pipe, limit: int) -> None:
+    def __init__(self, pipe, limit: int, *, marker: bytes | None = None) -> None:
         super().__init__(daemon=True)
         self.pipe, self.half = pipe, max(1, limit // 2)
         self.head, self.tail, self.dropped = b"", b"", 0
+        self.marker, self.line, self.seen = marker, b"", threading.Event()
         self.start()
 
     def run(self) -> None:
         with contextlib.suppress(OSError, ValueError):
             while chunk := self.pipe.read1(1 << 16):
+                if self.marker is not None and not self.seen.is_set():
+                    *lines, self.line = (self.line + chunk).split(b"\n")
+                    self.line = self.line[-len(self.marker) - 1 :]  # a longer line is not the marker anyway
+                    if any(line.strip() == self.marker for line in lines):
+                        self.seen.set()
                 room = max(0, self.half - len(self.head))
                 self.head, chunk = self.head + chunk[:room], chunk[room:]
                 self.tail += chunk
@@ -782,11 +816,13 @@ def printable(data: bytes) -> str:
     return "".join(ch for ch in text if ch.isprintable() or ch in "\n\t")
 
 
-def _feed(pipe, data: bytes) -> None:
+def _feed(pipe, data: bytes, close: bool) -> None:
     with contextlib.suppress(OSError, ValueError):
         pipe.write(data)
-    with contextlib.suppress(OSError, ValueError):
-        pipe.close()
+        pipe.flush()
+    if close:
+        with contextlib.suppress(OSError, ValueError):
+            pipe.close()
 
 
 def run_limited(

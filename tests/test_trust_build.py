@@ -6,6 +6,7 @@ docs/security.md ("The compiler's sandbox") says what each part guarantees."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import json
@@ -22,7 +23,7 @@ from hiera_core.config import load_config
 from hiera_core.engine import evaluate_source
 from hiera_core.plugins import make_plugin_manager
 from hiera_core.session import Session
-from hiera_judge.sandbox import library_problem, run_sandboxed
+from hiera_judge.sandbox import Handshake, library_problem, run_sandboxed
 
 MARKER = "hiera-outside-secret-7f3a9c"
 """The content of every outside file a candidate tries to read: it must appear in no verdict and no log."""
@@ -202,6 +203,42 @@ def test_the_compiler_s_memory_and_file_size_are_limited_with_or_without_a_cgrou
     )
     assert write.returncode != 0 and "written" not in write.stdout
     assert (tmp_path / "write" / "big").stat().st_size <= 16 << 20
+
+
+def test_a_program_with_a_handshake_holds_the_lock_from_its_ready_line_to_its_end_and_its_time_counts_from_go(tmp_path):
+    """A profiler's start-up (~8 s a parent on an H100) no longer holds the GPU: the lock is taken when the program says
+    it is ready, its `go` follows, and the lock is held until the program ends; neither the start-up nor the wait for
+    the lock counts against its time-out."""
+    program = (
+        "import sys, time\n"
+        "time.sleep(1.5)\n"  # the start-up: the lock is free meanwhile
+        "print('request', sys.stdin.readline().strip(), flush=True)\n"
+        "print('hiera-ready', flush=True)\n"
+        "print('told', sys.stdin.readline().strip(), flush=True)\n"
+        "time.sleep(2.0)\n"  # the work under the lock
+        "print('hiera-ready', flush=True)\n"  # said again after `go`: nothing more happens
+    )
+    held: list[float] = []
+
+    @contextlib.contextmanager
+    def lock():
+        time.sleep(1.5)  # another holder first
+        held.append(time.monotonic())
+        yield
+        held.append(time.monotonic())
+
+    started = time.monotonic()
+    done = run_sandboxed(
+        [sys.executable, "-c", program],
+        cwd=tmp_path,
+        timeout_s=3,
+        stdin='{"task": 1}\n',
+        handshake=Handshake(ready="hiera-ready", go="go now", lock=lock()),
+    )
+    assert done.returncode == 0 and not done.timed_out, done.stderr
+    assert 'request {"task": 1}' in done.stdout and "told go now" in done.stdout
+    assert len(held) == 2 and held[0] - started >= 2.9  # taken after the start-up and its own wait
+    assert held[1] - held[0] >= 2.0  # held through the work, to the end
 
 
 def test_the_sandbox_keeps_a_bounded_printable_log(tmp_path):

@@ -221,7 +221,9 @@ def test_untrusted_tail_reads_the_end_of_a_regular_file_only(tmp_path):
 
 FAKE_NCU = textwrap.dedent(r"""
     import os, sys, time
-    sys.stdin.read()  # the request
+    sys.stdin.readline()  # the request
+    print(READY, flush=True)  # started: hiera takes the GPU, then says go
+    assert sys.stdin.readline().startswith("go ")
     out = sys.stdout.buffer
     if behaviour in ("flood", "flood-then-table"):  # the profiled candidate prints 200 MB, bytes that decode as nothing
         block = b"\xff\xfe\x1b[2J" + b"x" * (1 << 20) + b"\n"
@@ -262,7 +264,9 @@ def fake_ncu(tmp_path, monkeypatch):
         workdir = tmp_path / behaviour
         (workdir / "build").mkdir(parents=True)
         ncu = workdir / "ncu"  # the sandbox passes no variable of ours: the behaviour is written in
-        ncu.write_text(f"#!{sys.executable}\nTABLE, behaviour = {NCU_OUTPUT!r}, {behaviour!r}\n{FAKE_NCU}")
+        ncu.write_text(
+            f"#!{sys.executable}\nTABLE, behaviour, READY = {NCU_OUTPUT!r}, {behaviour!r}, {judging.READY!r}\n{FAKE_NCU}"
+        )
         ncu.chmod(0o755)
         job = types.SimpleNamespace(
             measured=measured,

@@ -284,9 +284,9 @@ def _seconds_since_start() -> float:
 
 
 def profile_one_call(request: dict[str, Any]) -> None:
-    """For Nsight Compute: an unprofiled warm-up, then exactly one call inside the NVTX range. The seconds of each
-    step go to stderr (`ncu.log`): with the process's start-up before them, they say where a profile's time on the
-    GPU goes (11-23 s a parent on an H100, 2026-12-07, against 2-10 s for its judge)."""
+    """For Nsight Compute: once started (the interpreter and CUDA under ncu, the harness: ~8 s, 2026-12-07 on an H100),
+    READY and the wait for `go`, which comes when hiera holds the GPU (`sandbox.Handshake`); then an unprofiled
+    warm-up and exactly one call inside the NVTX range. The seconds of each step go to stderr (`ncu.log`)."""
     seconds, last = {"process_start": round(_seconds_since_start(), 3)}, time.monotonic()
 
     def step(name: str) -> None:
@@ -297,10 +297,16 @@ def profile_one_call(request: dict[str, Any]) -> None:
         request["workload_factory"], request["workload_config"], from_dict(request["task"], Task), "cuda"
     )
     step("harness")
+    library = judging.wait_for_go()
+    step("waiting_for_the_device")
+    # ncu prints its table on the stdout it shares with this process: the candidate, loaded below, never gets it.
+    # Its prints (and its children's) go to stderr, into ncu.log, which is never read as a table.
+    sys.stdout.flush()
+    os.dup2(2, 1)
     inputs = harness.make_inputs(harness.timing_case(), harness.seeds(False)[0], harness.distributions[0])
     torch.cuda.synchronize()
     step("inputs")
-    fn = getattr(load_candidate(request["library"]), harness.entry)
+    fn = getattr(load_candidate(library), harness.entry)
     fn(*inputs)
     torch.cuda.synchronize()
     step("load_and_warm_up")

@@ -15,7 +15,7 @@ from hiera_core.config import ConfigError
 from hiera_core.records import Evaluation
 from hiera_judge import judging
 from hiera_judge.judging import device_lock
-from hiera_judge.sandbox import describe_exit, run_sandboxed, runner_command
+from hiera_judge.sandbox import Handshake, describe_exit, run_sandboxed, runner_command
 from hiera_plugins.cuda.architecture import gpu_lock_name
 from hiera_plugins.ncu import profile
 
@@ -84,16 +84,20 @@ class NcuProfile:
             max_kernels=self.config.max_kernels,
         )
         scratch = job.workdir / "profile"
-        try:
-            with device_lock(gpu_lock_name(self.config.device)):
-                result = run_sandboxed(
-                    command,
-                    cwd=scratch,
-                    readable=[job.workdir, job.library.parent],
-                    timeout_s=self.config.timeout_s,
-                    stdin=json.dumps(request),
-                    stop=judging.stopping,
-                )
+        try:  # the GPU is held from the runner's READY (ncu, Python and the harness started) to ncu's end
+            result = run_sandboxed(
+                command,
+                cwd=scratch,
+                readable=[job.workdir, job.library.parent],
+                timeout_s=self.config.timeout_s,
+                stdin=json.dumps(request) + "\n",
+                stop=judging.stopping,
+                handshake=Handshake(
+                    ready=judging.READY,
+                    go=f"go {json.dumps(str(job.library))}",
+                    lock=device_lock(gpu_lock_name(self.config.device)),
+                ),
+            )
             if result.stopped:  # the run is stopping: the parent is profiled when it resumes
                 raise judging.Interrupted()
         finally:  # ncu's own files (its section files, ~2 MB, under HOME) and the runner's: none is the record's

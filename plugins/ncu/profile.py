@@ -172,7 +172,7 @@ def parse_ncu_csv(text: str) -> list[KernelMetrics]:
     The table is a header row (identity columns such as "ID", "Kernel Name", then metric names), a row of
     units, and one row per kernel. ncu's `==PROF==` lines and the program's output may come before it; ncu prints
     its table last, when the profiled process has ended, so only the last table counts (a candidate that printed
-    a table of its own during its call forges nothing).
+    a table of its own during its call, before the profiled runner took its stdout away, forges nothing).
     Values lose thousands separators and are scaled to ns and bytes when a unit says otherwise; `n/a` and other
     non-numbers are dropped.
     """
