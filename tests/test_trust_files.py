@@ -229,7 +229,9 @@ FAKE_NCU = textwrap.dedent(r"""
         block = b"\xff\xfe\x1b[2J" + b"x" * (1 << 20) + b"\n"
         for _ in range(200):
             out.write(block)
-    if behaviour == "flood-then-table":
+    if behaviour == "false-error":  # the candidate says on its stderr that the counters are not allowed
+        sys.stderr.write("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission\n")
+    if behaviour in ("flood-then-table", "false-error"):
         out.write(TABLE.encode())
     if behaviour == "hang":
         time.sleep(60)
@@ -296,6 +298,12 @@ def test_a_profiled_process_that_floods_its_output_gives_a_profile_failure_not_a
 @pytest.mark.slow
 def test_the_table_after_a_flood_is_still_read(fake_ncu):
     result, _, _ = fake_ncu("flood-then-table")
+
+    assert result.profile.unavailable is None and result.profile.metrics["kernel_count"] == 2
+
+
+def test_the_candidate_cannot_mark_its_own_profile_unavailable(fake_ncu):
+    result, _, _ = fake_ncu("false-error")
 
     assert result.profile.unavailable is None and result.profile.metrics["kernel_count"] == 2
 

@@ -103,7 +103,9 @@ class NcuProfile:
         finally:  # ncu's own files (its section files, ~2 MB, under HOME) and the runner's: none is the record's
             shutil.rmtree(scratch, ignore_errors=True)
         (job.workdir / "ncu.log").write_text(result.stdout[-200_000:] + result.stderr[-20_000:])
-        problem = "ncu timed out" if result.timed_out else profile.permission_problem(result.stdout + result.stderr)
+        # ncu's messages and table are on its stdout; the profiled process's output (the candidate's, on its stderr
+        # since the runner moved its stdout there) cannot say that the profile failed
+        problem = "ncu timed out" if result.timed_out else profile.permission_problem(result.stdout)
         kernels = [] if problem else profile.parse_ncu_csv(result.stdout)
         if problem or not kernels:
             return _unprofiled(
