@@ -628,13 +628,30 @@ extern "C" __global__ void __launch_bounds__(32 * NW, MINB) stencil(const double
 
 
 # Pieces the chunk-ring kernels (dmma, dmma16, dmma16x2) share, as format strings like the sources.
-CP_ASYNC16 = r"""__device__ __forceinline__ void cp_async16(double* smem, const double* gmem, int bytes) {{
+CP_ASYNC = r"""__device__ __forceinline__ void cp_async16(double* smem, const double* gmem, int bytes) {{
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
 }}
+
+__device__ __forceinline__ void cp_async8(double* smem, const double* gmem, int bytes) {{
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}}
+
+// One pair of doubles, base + at (`bytes` of them inside the grid: 16, 8 or 0, the rest zero-filled; from `in`, a
+// valid address, when 0). With n odd, every other row of the grid starts 8 bytes off a 16-byte boundary, which a
+// 16-byte cp.async may not: two 8-byte copies there.
+__device__ __forceinline__ void copy_pair(double* dst, const double* __restrict__ in, const double* __restrict__ base, int at, int bytes, int n) {{
+    const double* src = bytes ? base + at : in;
+    if (n & 1) {{
+        cp_async8(dst, src, bytes ? 8 : 0);
+        cp_async8(dst + 1, bytes == 16 ? src + 1 : in, bytes == 16 ? 8 : 0);
+    }} else
+        cp_async16(dst, src, bytes);
+}}
 """
 
-CHUNK_COPIES = r"""// The copies of one thread: pair k (columns x, x + 1 of row r of a chunk, x = x0 + 2 c2 with x0 the chunk's first
+CHUNK_COPIES = CP_ASYNC + r"""// The copies of one thread: pair k (columns x, x + 1 of row r of a chunk, x = x0 + 2 c2 with x0 the chunk's first
 // column) is pair threadIdx.x + k * 32 NW of the chunk's WN / 2 pairs a row; where it lands in a ring slot, where it
 // comes from relative to the chunk's first input row, and how many of its bytes are inside the grid's columns.
 // Fixed for the whole strip.
@@ -660,12 +677,6 @@ __device__ __forceinline__ Copies copies(int n, int x0) {{
 DMMA16_INSTRUCTION = r"""__device__ __forceinline__ void dmma16(double (&d)[4], const double (&a)[4], double b0, double b1) {{
     asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\n"
         : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3]) : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
-}}
-
-""" + CP_ASYNC16 + r"""
-__device__ __forceinline__ void cp_async8(double* smem, const double* gmem, int bytes) {{
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
 }}
 
 """
@@ -706,7 +717,7 @@ __device__ __forceinline__ void dmma(double& d0, double& d1, double a, double b)
         : "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
 }}
 
-""" + CP_ASYNC16 + "\n" + CHUNK_COPIES + r"""
+""" + CHUNK_COPIES + r"""
 // Chunk j of the strip (input rows ys - R + 4 j .. + 3) into ring slot j % SC, zero outside the grid; one
 // commit group per chunk, also when there is nothing left to copy.
 __device__ __forceinline__ void issue(const double* __restrict__ in, double* ring, int n, int ys, int j, const Copies& c) {{
@@ -719,7 +730,7 @@ __device__ __forceinline__ void issue(const double* __restrict__ in, double* rin
             if (c.r[k] < 4) {{
                 const int i = i0 + c.r[k];
                 const int bytes = i >= 0 && i < n ? c.bytes[k] : 0;
-                cp_async16(dst + c.dst[k], bytes ? base + c.src[k] : in, bytes);
+                copy_pair(dst + c.dst[k], in, base, c.src[k], bytes, n);
             }}
     }}
     asm volatile("cp.async.commit_group;\n" ::);
@@ -841,8 +852,7 @@ __constant__ double c_w[K * K];
 
 """ + DMMA16_INSTRUCTION + CHUNK_COPIES + r"""
 // Chunk j of the strip (input rows ys - R + 4 j .. + 3) into ring slot j % SC, zero outside the grid; one
-// commit group per chunk, also when there is nothing left to copy. With n odd, every other row of the grid
-// starts 8 bytes off a 16-byte boundary, which a 16-byte cp.async may not: two 8-byte copies per pair there.
+// commit group per chunk, also when there is nothing left to copy.
 __device__ __forceinline__ void issue(const double* __restrict__ in, double* ring, int n, int ys, int j, const Copies& c) {{
     if (j < T + NCH - 1) {{
         double* dst = ring + (j % SC) * 4 * WS;
@@ -853,12 +863,7 @@ __device__ __forceinline__ void issue(const double* __restrict__ in, double* rin
             if (c.r[k] < 4) {{
                 const int i = i0 + c.r[k];
                 const int bytes = i >= 0 && i < n ? c.bytes[k] : 0;
-                const double* src = bytes ? base + c.src[k] : in;
-                if (n & 1) {{
-                    cp_async8(dst + c.dst[k], src, bytes ? 8 : 0);
-                    cp_async8(dst + c.dst[k] + 1, bytes == 16 ? src + 1 : in, bytes == 16 ? 8 : 0);
-                }} else
-                    cp_async16(dst + c.dst[k], src, bytes);
+                copy_pair(dst + c.dst[k], in, base, c.src[k], bytes, n);
             }}
     }}
     asm volatile("cp.async.commit_group;\n" ::);
@@ -1012,7 +1017,7 @@ __constant__ double c_w[K * K];
 
 """ + DMMA16_INSTRUCTION + CHUNK_COPIES + r"""
 // Input chunk j of the strip (input rows ys - 2R + 4 j .. + 3) into ring slot j % SC, zero outside the grid;
-// one commit group per chunk, also when there is nothing left to copy; 8-byte copies at odd n (dmma16's issue).
+// one commit group per chunk, also when there is nothing left to copy.
 __device__ __forceinline__ void issue(const double* __restrict__ in, double* ring, int n, int ys, int j, const Copies& c) {{
     if (j < NI) {{
         double* dst = ring + (j % SC) * 4 * WS;
@@ -1023,12 +1028,7 @@ __device__ __forceinline__ void issue(const double* __restrict__ in, double* rin
             if (c.r[k] < 4) {{
                 const int i = i0 + c.r[k];
                 const int bytes = i >= 0 && i < n ? c.bytes[k] : 0;
-                const double* src = bytes ? base + c.src[k] : in;
-                if (n & 1) {{
-                    cp_async8(dst + c.dst[k], src, bytes ? 8 : 0);
-                    cp_async8(dst + c.dst[k] + 1, bytes == 16 ? src + 1 : in, bytes == 16 ? 8 : 0);
-                }} else
-                    cp_async16(dst + c.dst[k], src, bytes);
+                copy_pair(dst + c.dst[k], in, base, c.src[k], bytes, n);
             }}
     }}
     asm volatile("cp.async.commit_group;\n" ::);
@@ -1218,7 +1218,7 @@ def main() -> None:
     elif args.dmma16x2:  # two steps on FP64 tensor cores; W is the output groups of eight 4 x 4 patches per block
         # (step 1 computes W + 1), NW warps share the 2 W + 1 groups of a patch row, 3 per warp (balanced; 7 warps
         # x 1 with W = 3; 4 warps x 5 with W = 8 leaves three of 20 slots idle), S the input ring's 4-row chunks
-        # (the step-1 ring has NCH + 1). ptxas, sm_90, R = 3: 212, 214, 189, 168, 255 registers, no spills.
+        # (the step-1 ring has NCH + 1). ptxas, sm_90, R = 3: 214, 214, 192, 168, 255 registers, no spills.
         nch = (2 * r + 7) // 4
         variants = [FUSED2_BEST, TEMPLATE_RING]
         variants += [{"kind": "dmma16x2", "W": g, "NW": nw, "BX": 32 * nw, "H": h, "S": nch + 1, "MINB": 1}

@@ -82,15 +82,13 @@ static inline void dmma16(double (&d)[4], const double (&a)[4], double b0, doubl
         for (int k = 0; k < 8; ++k) d[i] += A[row][k] * B[k][col];
     }
 }
-// With ALIGNED_COPIES, a copy must be aligned to its size at both ends, as cp.async requires: in shared memory
-// relative to the ring, in global memory relative to the grid (cudaMalloc's allocations are 256-byte aligned).
+// A copy must be aligned to its size at both ends, as cp.async requires: in shared memory relative to the ring, in
+// global memory relative to the grid (cudaMalloc's allocations are 256-byte aligned).
 static inline void check_alignment(const double* smem, const double* gmem, int size, int bytes) {
-#ifdef ALIGNED_COPIES
     if ((smem - g_shared) % (size / 8) || (bytes && (gmem - g_in) % (size / 8))) {
         std::fprintf(stderr, "misaligned %d-byte copy: shared +%td, global +%td doubles\n", size, smem - g_shared, gmem - g_in);
         std::abort();
     }
-#endif
 }
 // cp.async copies at once, or with g_defer in the wait that must complete it, the latest the GPU may: a
 // wait_group count that lets a row in use still be in flight then reads it uncopied (NaN).
@@ -170,10 +168,9 @@ int main(int, char** argv) {
 """
 
 
-def emulation(name: str, params: dict, aligned: bool = False) -> str:
-    """The kernel source `name` of the explorer with `params`, as C++ for the runtime; `aligned`: check that
-    every copy is aligned to its size (the m8n8k4 kernel's 16-byte copies are not at odd n, where every other
-    row of the grid starts 8 bytes off; it has only run at even n on the GPU)."""
+def emulation(name: str, params: dict) -> str:
+    """The kernel source `name` of the explorer with `params`, as C++ for the runtime, every copy checked to be
+    aligned to its size (at odd n every other row of the grid starts 8 bytes off a 16-byte boundary)."""
     spec = importlib.util.spec_from_file_location("explore_stencil_kernels", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -185,7 +182,7 @@ def emulation(name: str, params: dict, aligned: bool = False) -> str:
     source = source.replace('extern "C" ', "").replace("__constant__ ", "")
     source = source.replace("extern __shared__ __align__(16) double ring[];", "double* ring = g_shared;")
     assert "asm" not in source and "__shared__" not in source
-    return ("#define ALIGNED_COPIES\n" if aligned else "") + RUNTIME + source + MAIN
+    return RUNTIME + source + MAIN
 
 
 def build(source: str, tmp_path: Path) -> None:
@@ -252,7 +249,7 @@ def test_the_emulated_m16n8k8_follows_the_ptx_fragment_layout(tmp_path):
     {"R": 4, "NW": 1, "PX": 2, "H": 12, "SC": 4},  # 144 positions in 18 steps, no tail steps
 ], ids=lambda p: f"radius{p['R']}-{p['NW']}warps-{8 * p['PX']}patches-per-warp")
 def test_the_full_rate_fp64_tensor_core_kernel_computes_the_stencil_emulated_on_the_cpu(params, tmp_path):
-    check_stencil(emulation("DMMA16_SOURCE", {**params, "MINB": 1}, aligned=True), params["R"], tmp_path)
+    check_stencil(emulation("DMMA16_SOURCE", {**params, "MINB": 1}), params["R"], tmp_path)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
@@ -268,4 +265,4 @@ def test_the_full_rate_fp64_tensor_core_kernel_computes_the_stencil_emulated_on_
 def test_the_two_step_fp64_tensor_core_kernel_computes_two_steps_emulated_on_the_cpu(params, tmp_path):
     """DMMA16X2_SOURCE (`--dmma16x2`): step 1 on the tile's columns plus a halo group of eight patches, zero
     outside the grid, through a second ring into step 2; against the definition applied twice."""
-    check_stencil(emulation("DMMA16X2_SOURCE", {**params, "MINB": 1}, aligned=True), params["R"], tmp_path, steps=2)
+    check_stencil(emulation("DMMA16X2_SOURCE", {**params, "MINB": 1}), params["R"], tmp_path, steps=2)
