@@ -48,6 +48,17 @@ def test_all_tasks_runs_each_task_once_and_a_second_call_redoes_nothing(tmp_path
 
 
 @pytest.mark.slow
+def test_a_resumed_suite_takes_the_tasks_furthest_behind_first(tmp_path):
+    """A suite resumed in GPU calls cut by a time limit must not spend every call on the same first tasks."""
+    ahead = run_hiera("run", *TWO_TASKS, "--task", "box3x3-n10240-s1", "--run-dir", "batch/box3x3-n10240-s1", cwd=tmp_path)
+    assert ahead.returncode == 0, ahead.stderr
+
+    done = run_hiera("run", *TWO_TASKS, "--all-tasks", "--run-dir", "batch", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.index("box5x5-n10240-s1") < done.stdout.index("box3x3-n10240-s1: finished earlier, skipped")
+
+
+@pytest.mark.slow
 def test_a_suite_runs_several_tasks_at_once_when_asked(tmp_path):
     done = run_hiera("run", *TWO_TASKS, "--all-tasks", "--run-dir", "batch", "--set", "executor.local.runs=2", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
