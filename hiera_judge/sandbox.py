@@ -64,6 +64,9 @@ PIDS_MAX = 1024
 """Processes and threads in one sandbox (a fork bomb stops here; CUDA and OpenMP need a few dozen)."""
 TMPFS = "size=256m"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_REMOVAL_S = 15.0
+"""How long a sandbox's cgroup is waited for as its killed processes end (a process that held a GPU may take seconds
+to release it; a group is removed only once the last has ended)."""
 
 
 def candidate_environment(scratch: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -236,11 +239,10 @@ class Cgroup:
         self.candidate_dirs: list[Path] = []
         if kind == "v2":
             self.dirs = [CGROUP_ROOT / name]
-        else:
-            controllers = ["memory", "pids"] + [
-                c for c in ("freezer", "cpuset") if candidate and _writable_cgroup(CGROUP_ROOT / c)
-            ]
-            self.dirs = [CGROUP_ROOT / c / name for c in controllers]
+        else:  # the controllers `protection()` found (a group that cannot be made now fails, never goes without one)
+            guard = protection()
+            wanted = {"freezer": guard.group_freezer, "cpuset": guard.cores_limit}
+            self.dirs = [CGROUP_ROOT / c / name for c in ["memory", "pids"] + [c for c, ok in wanted.items() if candidate and ok]]
         self.created: list[Path] = []
         try:
             self._make(kind, memory_bytes, candidate)
@@ -274,7 +276,9 @@ class Cgroup:
             for d in (judge, mine):
                 d.mkdir()
                 self.created.append(d)
-            if cores and (mine / "cpuset.cpus").exists():
+            if cores and protection().cores_limit:
+                if not (mine / "cpuset.cpus").exists():
+                    raise OSError(f"{mine}: no cpuset.cpus, though the cpuset controller was found")
                 own["cpuset.cpus"] = ",".join(map(str, cores))
             self._limit([mine], own)
             self.entry, self.candidate_dirs = [judge], [mine]
@@ -314,8 +318,9 @@ class Cgroup:
                 (d / "freezer.state").write_text("THAWED") if (d / "freezer.state").exists() else None
             with contextlib.suppress(OSError):
                 (d / "cgroup.freeze").write_text("0") if (d / "cgroup.freeze").exists() else None
+        deadline = time.monotonic() + CGROUP_REMOVAL_S
         for d in reversed(self.created):
-            for _ in range(50):
+            while True:
                 pids = [int(p) for p in (d / "cgroup.procs").read_text().split()] if d.exists() else []
                 for pid in pids:
                     with contextlib.suppress(ProcessLookupError):
@@ -324,7 +329,10 @@ class Cgroup:
                     if d.exists():
                         d.rmdir()
                     break
-                except OSError:
+                except OSError as error:
+                    if time.monotonic() > deadline:
+                        print(f"hiera: cgroup {d} left behind ({error}; processes {pids})", file=sys.stderr)
+                        break
                     time.sleep(0.02)
         self.created = []
 

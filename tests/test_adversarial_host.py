@@ -492,12 +492,21 @@ def test_a_one_core_space_gets_one_core_whatever_pragma_it_hides(larger):
     """`_Pragma("omp parallel for")` gets past the pure_cuda space's source rules; the kernel still runs it on one
     core (the candidate's cpuset), so it is no faster than the single-threaded control."""
     session, root, _ = larger
-    single, _ = evaluate((session, root), THREADED.replace('_Pragma("omp parallel for")', ""), "same-loop-unthreaded")
+    unthreaded = THREADED.replace('_Pragma("omp parallel for")', "")
+    before, _ = evaluate((session, root), unthreaded, "same-loop-unthreaded")
     evaluation, _ = evaluate((session, root), THREADED, "hidden-openmp")
-    assert isinstance(evaluation, records.Measured) and isinstance(single, records.Measured), (evaluation, single)
+    after, _ = evaluate((session, root), unthreaded + "\n// again", "same-loop-unthreaded-again")
+    controls = [before, after]
+    assert isinstance(evaluation, records.Measured) and all(isinstance(c, records.Measured) for c in controls), (
+        evaluation,
+        controls,
+    )
     # on two cores a two-thread run takes about half the time; on one, the same loop's time, give or take the code
-    # OpenMP's outlined function compiles to, and CPU time no more than the wall time
-    assert evaluation.latency_ms >= 0.6 * single.latency_ms, (evaluation.latency_ms, single.latency_ms)
+    # OpenMP's outlined function compiles to, and CPU time no more than the wall time. The control is the faster of
+    # one measured before and one after: tests beside this one on the two cores slow a single measurement by up to
+    # 1.7x (CI, 2026-12-07: 0.628 ms against a control of 1.056; alone the ratio is 0.86-0.88)
+    single = min(c.latency_ms for c in controls)
+    assert evaluation.latency_ms >= 0.6 * single, (evaluation.latency_ms, single)
     assert evaluation.profile.metrics["cpu_utilization_fraction"] <= 1.1, evaluation.profile.metrics
 
 
