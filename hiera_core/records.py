@@ -175,7 +175,7 @@ class Measured:
     repeats: int
     reference_latency_ms: float
     """The task's reference timed the same way, by the judge; in the search after the run's first measurement, that
-    measurement's figure (`EvalJob.reference_ms`), timed again by the first judge of each pass of the final re-measurement."""
+    measurement's figure (`EvalJob.reference_ms`); timed again by every judge of the final re-measurement."""
     max_abs_error: float
     """Largest absolute difference from the FP64 reference over all checked inputs."""
     checks: list[str] = attrs.field(factory=list)

@@ -235,11 +235,13 @@ def test_the_winner_and_its_figure_come_from_interleaved_remeasurements_and_a_re
     assert "## Finalists" in report and f"| `{winner}` |" in report
     assert f"best {figures[winner]:.3f} ms re-measured" in done.stdout
 
-    # the reference is timed by the run's first judge and by each pass's first re-measurement, not by each candidate's
+    # the reference is timed by the run's first judge, not by each candidate's, and again by every re-measurement's
+    # judge: the headline's speedup is a ratio of two figures from one judge
     searched = [e.evaluation.reference_latency_ms for e in store.events if isinstance(e, records.CandidateEvaluated)]
     assert len(searched) == 3 and len(set(searched)) == 1
     again = [e.evaluation.reference_latency_ms for e in remeasured]
-    assert again[0] not in searched and again[2] not in searched and again[1] == again[3] == searched[0]
+    assert len(set(again)) == 4 and not set(again) & set(searched)
+    assert f"reference: {finished.remeasured.reference_latency_ms:.3f} ms" in report
 
     # the run's timeline: every record says when, every evaluation when its stages ran and when it held the device
     assert all(json.loads(line)["at"] > 0 for line in (tmp_path / "run" / "trajectory.jsonl").read_text().splitlines())
