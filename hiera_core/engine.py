@@ -381,11 +381,10 @@ class Engine:
         *,
         remeasure: int | None = None,
         compiled_reference: bool = False,
-        times_reference: bool = False,
     ) -> EvalJob:
         """The job evaluating `candidate` in the search, or in pass `remeasure` of the final re-measurement (built
-        and judged again in a fresh folder and process, on fresh inputs). Its judge times the reference again when
-        `times_reference` or before any evaluation has (`_reference_ms`), and reports that figure otherwise."""
+        and judged again in a fresh folder and process, on fresh inputs). Its judge times the reference again in a
+        re-measurement or before any evaluation has (`_reference_ms`), and reports that figure otherwise."""
         workdir = self.store.candidate_dir(candidate.id)
         if remeasure is not None:
             workdir = workdir / f"remeasure-{remeasure}"
@@ -398,7 +397,7 @@ class Engine:
             workdir=workdir,
             remeasure=remeasure is not None,
             compiled_reference=compiled_reference,
-            reference_ms=None if times_reference else self._reference_ms(),
+            reference_ms=None if remeasure is not None else self._reference_ms(),
         )
 
     def _reference_ms(self) -> float | None:
@@ -598,9 +597,7 @@ class Engine:
             queued += [
                 (
                     pass_index,
-                    self._job(
-                        c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0], times_reference=True
-                    ),
+                    self._job(c, remeasure=pass_index, compiled_reference=pass_index == 0 and c is finalists[0]),
                 )
                 for c in todo
             ]
