@@ -697,6 +697,20 @@ class Runner:
         self.last_replied = replied
         return self._parsed(text), (stopped - started) * 1e3  # the judge's own parsing is not the candidate's time
 
+    def cpu_ms(self) -> float:
+        """The CPU time the candidate's processes have used so far (ms), by the kernel, never by the runner's word:
+        its cgroup's count (every process it started) where it has one, else the runner's process with the children
+        it waited for (`/proc/<pid>/stat`)."""
+        counted = self.group.cpu_ms() if self.group is not None else None
+        if counted is not None:
+            return counted
+        try:
+            with open(f"/proc/{self.process.pid}/stat") as handle:
+                fields = handle.read().rpartition(")")[2].split()
+        except OSError:
+            return 0.0
+        return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK") * 1e3  # utime, stime, cutime, cstime
+
     def batch(self, order: BatchOrder, write: Callable[[], None], *, timeout_s: float) -> tuple[Reply, float]:
         """One batch: `order` prepared by the runner outside the clock, then `write` (the judge writes the batch's
         inputs while the candidate is stopped, so none of them exists before its clock starts), then `StartBatch`
@@ -975,25 +989,22 @@ def timed_series(
 
 class OtherLoad:
     """How much of the machine's CPU time other processes took over an interval: the machine's busy time
-    (`/proc/stat`) less this process's (the judge's) and the runner's own (`/proc/<pid>/stat`), in cores. A
-    candidate timed while that is high measured slow: the judge says so (`Measured.disturbed`)."""
+    (`/proc/stat`) less this process's (the judge's) and the candidate's (`Runner.cpu_ms`: every process it started,
+    where it has a cgroup), in cores. A candidate timed while that is high measured slow: the judge says so
+    (`Measured.disturbed`)."""
 
-    def __init__(self, runner_pid: int) -> None:
-        self.pid = runner_pid
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
         self.start = self._read()
 
     def _read(self) -> tuple[float, float, float, float] | None:
         try:
             with open("/proc/stat") as handle:
                 ticks = [int(v) for v in handle.readline().split()[1:9]]
-            with open(f"/proc/{self.pid}/stat") as handle:
-                fields = handle.read().rpartition(")")[2].split()
         except (OSError, ValueError):
             return None
-        tick = os.sysconf("SC_CLK_TCK")
-        busy = (sum(ticks) - ticks[3] - ticks[4]) / tick  # all but idle and iowait
-        runner = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-        return busy, time.process_time(), runner, time.perf_counter()
+        busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+        return busy, time.process_time(), self.runner.cpu_ms() / 1e3, time.perf_counter()
 
     def cores(self) -> float | None:
         """Other processes' cores, on average, since this was made; None where /proc cannot tell."""
@@ -1031,8 +1042,8 @@ def serve(handle: Callable[[Order], Reply]) -> None:
         channel.flush()
 
 
-def timed_ms(call: Callable[[], Any]) -> tuple[float, float]:
-    """(wall ms, CPU ms of this process) of `call()`, by this process's clocks."""
-    wall, cpu = time.perf_counter(), time.process_time()
+def timed_ms(call: Callable[[], Any]) -> float:
+    """The wall milliseconds of `call()`, by this process's clock."""
+    wall = time.perf_counter()
     call()
-    return (time.perf_counter() - wall) * 1e3, (time.process_time() - cpu) * 1e3
+    return (time.perf_counter() - wall) * 1e3

@@ -150,7 +150,6 @@ class CallDone:
 
     in_process_ms: float
     """What the runner's own timer says the call took (CUDA events, or its wall clock)."""
-    cpu_ms: float = 0.0
     kernels: list[str] = attrs.field(factory=list)
     aten_ops: list[str] = attrs.field(factory=list)
 
@@ -176,8 +175,6 @@ class BatchDone:
     in that allocation] (plain integers: the reply is written inside the judge's clock). The judge opens each handle
     itself, checks every range lies inside the allocation, and copies the bytes out; nothing else in it is believed.
     Empty on the host, where outputs land in the judge's places."""
-    cpu_ms: list[float] = attrs.field(factory=list)
-    """On the host, the CPU time of the runner's process in each call (a planning signal, a claim)."""
     stamps: list[float] = attrs.field(factory=list)
     """The runner's `time.perf_counter()` (CLOCK_MONOTONIC) as it began the batch, before the first call, after the
     last (on a GPU: after the final synchronize) and before replying: a claim, only for the judge's log of where its

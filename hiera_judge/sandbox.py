@@ -210,6 +210,12 @@ def _writable_cgroup(parent: Path) -> bool:
         return False
 
 
+@functools.cache
+def _cpu_accounting_v1() -> bool:
+    """Whether a v1 group can be made in the cpuacct hierarchy (the candidate's CPU time, counted by the kernel)."""
+    return _writable_cgroup(CGROUP_ROOT / "cpuacct")
+
+
 # --- hiera's side: starting and killing a sandbox -------------------------------------------------
 
 
@@ -241,7 +247,11 @@ class Cgroup:
             self.dirs = [CGROUP_ROOT / name]
         else:  # the controllers `protection()` found (a group that cannot be made now fails, never goes without one)
             guard = protection()
-            wanted = {"freezer": guard.group_freezer, "cpuset": guard.cores_limit}
+            wanted = {
+                "freezer": guard.group_freezer,
+                "cpuset": guard.cores_limit,
+                "cpuacct": bool(candidate) and _cpu_accounting_v1(),
+            }
             self.dirs = [CGROUP_ROOT / c / name for c in ["memory", "pids"] + [c for c, ok in wanted.items() if candidate and ok]]
         self.created: list[Path] = []
         try:
@@ -392,6 +402,18 @@ class CandidateGroup:
             shown = self.dirs[0] / "cgroup.events" if self.kind == "v2" else self.state
             self.files = os.open(self.state, os.O_WRONLY | os.O_CLOEXEC), os.open(shown, os.O_RDONLY | os.O_CLOEXEC)
         return self.files
+
+    def cpu_ms(self) -> float | None:
+        """The CPU time every process of the group has used (ms), dead ones included, as the kernel counts it (v2
+        `cpu.stat`, v1 `cpuacct.usage`); None where the group has no such count."""
+        for d in self.dirs:
+            with contextlib.suppress(OSError, ValueError):
+                if self.kind == "v2":
+                    line = next(x for x in (d / "cpu.stat").read_text().splitlines() if x.startswith("usage_usec "))
+                    return int(line.split()[1]) / 1e3
+                if d.parent.parent.name == "cpuacct":
+                    return int((d / "cpuacct.usage").read_text()) / 1e6
+        return None
 
     def hold_to_core(self, core: int) -> bool:
         """Every process and thread of the group, and any it starts, on `core` alone, by the kernel (its cpuset);

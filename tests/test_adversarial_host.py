@@ -486,6 +486,25 @@ def test_a_worker_computing_after_the_call_returned_gains_nothing(larger):
         assert isinstance(evaluation, (records.Incorrect, records.Crashed, records.TimedOut)), evaluation
 
 
+
+FORKED_WORKER = "#include <sys/wait.h>\n" + candidate(r"""
+    pid_t child = fork();  /* the output lies in the judge's shared arena: the child's writes are the call's */
+    if (child == 0) { step(n, radius, weights, in, out); _exit(0); }
+    if (child < 0) return 1;
+    waitpid(child, 0, 0);
+    return 0;""")
+
+
+def test_the_cpu_a_candidate_s_own_processes_use_is_counted_by_the_kernel(larger):
+    """The planner's `cpu_utilization_fraction` is the kernel's count of the candidate's CPU time over the judge's
+    figure, not the runner's word: a candidate that computes in a process it forks each call (the runner's own CPU
+    clock saw ~0 of it) reads as busy as the control."""
+    session, root, control = larger
+    evaluation, _ = evaluate((session, root), FORKED_WORKER, "forked-worker")
+    assert isinstance(evaluation, records.Measured), evaluation
+    for measured in (control, evaluation):
+        assert measured.profile.metrics["cpu_utilization_fraction"] >= 0.5, measured.profile.metrics
+
 @pytest.mark.slow  # 5 s or more on the 2-core machine
 @pytest.mark.skipif(not protection().cores_limit or len(os.sched_getaffinity(0)) < 2, reason="needs a cpuset and 2 cores")
 def test_a_one_core_space_gets_one_core_whatever_pragma_it_hides(larger):

@@ -140,16 +140,20 @@ class Judge:
 
     def batch(self, case: dict[str, Any], inputs: list[dict[str, np.ndarray]], *, null: bool = False):
         """One batch: the calls on `inputs`, each placed in a place of its own first, ordered at once; returns the
-        `TimedBatch`, the runner's CPU milliseconds per call, and each call's (views, output array)."""
+        `TimedBatch`, the candidate's CPU milliseconds over the batch (the kernel's count, `Runner.cpu_ms`), and
+        each call's (views, output array)."""
         calls, placed = [], []
         for k, arrays in enumerate(inputs):
             views, out = self.arena.layout(arrays, self.harness.output(case), place=k)
             calls.append(CallOrder(case=case, inputs=views, output=out, null=null))
             placed.append((views, self.arena.array(out)))
 
+        before: list[float] = []
+
         def write() -> None:
             for k, arrays in enumerate(inputs):
                 self.arena.place(arrays, self.harness.output(case), place=k)
+            before.append(self.runner.cpu_ms())  # the candidate is stopped: what follows is its batch's
 
         reply, wall = self.runner.batch(BatchOrder(calls=calls, null=null), write, timeout_s=self.timeout_s * len(calls))
         if isinstance(reply, CallFailed):
@@ -157,7 +161,8 @@ class Judge:
         if not isinstance(reply, BatchDone) or len(reply.in_process_ms) != len(calls):
             raise judging.RunnerGone(f"the runner answered {type(reply).__name__} to a batch of {len(calls)} calls")
         self.clock_parts.append(judging.clock_part(self.runner, len(calls), null, reply.stamps))
-        return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), reply.cpu_ms, placed
+        cpu_ms = self.runner.cpu_ms() - before[0]
+        return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), cpu_ms, placed
 
     def check(self, label: str, case, inputs, views, out, reference=None) -> float:
         """Compare the output with the reference and the shared inputs with the judge's own copies."""
@@ -209,7 +214,7 @@ class Judge:
                     checks.append(label)
 
         checked = 0
-        cpu: list[float] = []
+        cpu: list[float] = []  # the candidate's CPU ms in each timed batch (the kernel's count)
         reference_times: list[float] = []
         count = 0
 
@@ -231,7 +236,7 @@ class Judge:
                 raise judging.Wrong(f"timed calls {first}-{first + len(inputs) - 1}: a call failed: {exc}") from None
             count += len(inputs)
             batch = attrs.evolve(batch, null_ms=paired.wall_ms)
-            cpu.extend(cpu_ms)
+            cpu.append(cpu_ms)
             for k, (_, out) in enumerate(placed):
                 if not np.all(np.isfinite(out)):
                     raise judging.Wrong(f"timed call {first + k}: non-finite values in its output (never written?)")
@@ -253,7 +258,7 @@ class Judge:
         warm = timed(fresh(min(2, self.arena_places)), last=False)  # the estimate that sizes the first batch; not a figure
         estimate = max((warm.wall_ms - null.cost_ms(warm.calls)) / warm.calls, 1e-3)
         places = min(self.arena_places, max(1, s.run.max_repeats // 4))
-        load = judging.OtherLoad(self.runner.process.pid)
+        load = judging.OtherLoad(self.runner)
 
         def series() -> list[judging.TimedBatch]:
             batches: list[judging.TimedBatch] = []
@@ -283,7 +288,6 @@ class Judge:
             return Rejected(reason=verdict.reason, latency_ms=latency)
         # on a busy machine the judge's clock holds other processes' time and the runner's timer does not: the figure
         # is the judge's all the same (the candidate cannot lower it), marked as disturbed, the disagreement said
-        in_process = sum(sum(b.in_process_ms) for b in batches)
 
         cache_case = h.cache_case()
         cache_runs = []
@@ -292,11 +296,11 @@ class Judge:
             inputs = h.make_inputs(cache_case, seed, h.distributions[0])
             self.current = f"cache-size call {k}: {judging.describe_call(cache_case, seed, h.distributions[0])}"
             try:
-                reply, _, views, out = self.call(cache_case, inputs)
+                batch, cpu_ms, [(views, out)] = self.batch(cache_case, [inputs])
             except judging.CandidateFailed as exc:
                 raise judging.Wrong(f"cache-size call {k}: the call failed: {exc}") from None
             self.check(f"cache-size call {k}", cache_case, inputs, views, out)
-            cache_runs.append((reply.in_process_ms, reply.cpu_ms))
+            cache_runs.append((max(batch.wall_ms - null.cost_ms(1), 1e-6), cpu_ms))
         cache_wall = statistics.median(w for w, _ in cache_runs)
         cores = s.candidate_cores or len(os.sched_getaffinity(0))
         disturbed = ""
@@ -320,8 +324,8 @@ class Judge:
                 conditions={"other_load_cores": round(other_cores, 3)} if other_cores is not None else {},
             ),
             checked_timed_calls=checked,
-            metrics={  # from the runner's CPU clock: a planning signal, not a verdict
-                "cpu_utilization_fraction": sum(cpu) / max(in_process, 1e-9) / cores,
+            metrics={  # the candidate's CPU time by the kernel over the judge's clock: a planning signal, not a verdict
+                "cpu_utilization_fraction": sum(cpu) / max(latency * sum(b.calls for b in batches), 1e-9) / cores,
                 "cache_cpu_utilization_fraction": sum(c for _, c in cache_runs) / sum(w for w, _ in cache_runs) / cores,
                 "task_ns_per_point": latency * 1e6 / h.points(timing_case),
                 "cache_ns_per_point": cache_wall * 1e6 / h.points(cache_case),

@@ -49,21 +49,16 @@ def main() -> None:
         if isinstance(order, StartBatch):  # back to back, each on its own place; the judge's clock is the figure
             began = time.perf_counter()
             calls, null = loaded.pop("batch")
-            walls, cpus = [], []
             calling = time.perf_counter()
-            for case, inputs, out in calls:
-                wall, cpu = one(case, inputs, out, null=null)
-                walls.append(wall)
-                cpus.append(cpu)
-            return BatchDone(in_process_ms=walls, cpu_ms=cpus, stamps=[began, calling, time.perf_counter(), time.perf_counter()])
+            walls = [one(case, inputs, out, null=null) for case, inputs, out in calls]
+            return BatchDone(in_process_ms=walls, stamps=[began, calling, time.perf_counter(), time.perf_counter()])
         assert isinstance(order, CallOrder)
-        wall, cpu = one(order.case, *views(order), null=order.null)
-        return CallDone(in_process_ms=wall, cpu_ms=cpu)
+        return CallDone(in_process_ms=one(order.case, *views(order), null=order.null))
 
     def views(order: CallOrder) -> tuple[dict[str, np.ndarray], np.ndarray]:
         return {name: view(arena, buffer) for name, buffer in order.inputs.items()}, view(arena, order.output)
 
-    def one(case: dict, inputs: dict[str, np.ndarray], out: np.ndarray, *, null: bool) -> tuple[float, float]:
+    def one(case: dict, inputs: dict[str, np.ndarray], out: np.ndarray, *, null: bool) -> float:
         if null:
             return judging.timed_ms(lambda: None)
         harness, lib = loaded["harness"], loaded["lib"]
