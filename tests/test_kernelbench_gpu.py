@@ -181,7 +181,10 @@ def test_a_task_with_gigabytes_of_inputs_is_judged_within_the_gpus_memory(tmp_pa
     conditions = evaluation["conditions"]
     print({k: v for k, v in conditions.items() if k.startswith("memory_")})
     # the seed makes the reference's own calls: neither is timed paying for memory the other finds allocated (on an
-    # H100, 2026-12-06, level 1's seeds read 1.04-1.31x faster than their references while the reference paid)
-    assert 0.95 < evaluation["reference_latency_ms"] / evaluation["latency_ms"] < 1.05, evaluation
+    # H100, 2026-12-06, level 1's seeds read 1.04-1.31x faster than their references while the reference paid). What
+    # is left is the caching allocator's state, which neither side controls: in one process the very same calls
+    # read 7.94 or 8.91 ms (1.12x) on this input by what was allocated and freed before them
+    # (research/probe_reference_gap.py, H100 2026-12-07), and this test read 8.68 against 8.00-8.08 (1.07-1.09x)
+    assert 1 / 1.13 < evaluation["reference_latency_ms"] / evaluation["latency_ms"] < 1.13, evaluation
     assert conditions["memory_places"] >= 1
     assert conditions["memory_device_used_peak_gib"] < conditions["memory_total_gib"]
