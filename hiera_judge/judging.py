@@ -178,55 +178,31 @@ def device_lock(name: str, *, background: bool = False):
                 held.append((round(start, 4), round(time.time(), 4)))
 
 
-class _Places:
-    """The judges alive on one device in this process (`judge_slot`): `limit` places, and a judge that takes them all
-    goes first (the places given back wait for it rather than for the judges that asked after it)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.free, self.whole_waiting = limit, limit, 0
-        self.changed = threading.Condition()
-
-    def take(self, count: int, *, wait: bool) -> bool:
-        whole = count == self.limit
-        with self.changed:
-            self.whole_waiting += whole
-            try:
-                while self.free < count or (self.whole_waiting and not whole):
-                    if not wait:
-                        return False
-                    self.changed.wait(10 * LOCK_POLL_S)
-                    if _stopping.is_set():
-                        raise Interrupted()
-                self.free -= count
-                return True
-            finally:
-                self.whole_waiting -= whole
-
-    def give(self, count: int, once: threading.Lock) -> None:
-        if once.acquire(blocking=False):
-            with self.changed:
-                self.free += count
-                self.changed.notify_all()
-
-
-_alive: dict[str, _Places] = {}
+_alive: dict[str, threading.BoundedSemaphore] = {}
 _alive_guard = threading.Lock()
 
 
-def judge_slot(name: str, limit: int, *, wait: bool, alone: bool = False) -> Callable[[], None] | None:
+def judge_slot(name: str, limit: int, *, wait: bool) -> Callable[[], None] | None:
     """A place for one more judge of device `name` (`gpu-0`, ...) alive in this process: started, waiting READY for
     the device, or judging. At most `limit` at once (the first limit asked for a device holds for the process): a
     READY cuda judge holds two CUDA contexts (its own and its runner's), and a round's judges all starting beside
-    their builds took GPU memory that a judge's memory plan had left to the one timing. `alone`: every place, so no
-    other judge of this process is alive beside it (taken as the others end; the judges asking after it wait). Returns
-    the call that gives the place back (`StartedJudge` calls it when its judge ends), or None where `wait` is False and
-    none is free (the judge then starts when its stage runs). A wait ends in `Interrupted` once the run is stopping."""
+    their builds took GPU memory that a judge's memory plan had left to the one timing. Returns the call that gives
+    the place back (`StartedJudge` calls it when its judge ends), or None where `wait` is False and all are taken
+    (the judge then starts when its stage runs). A wait ends in `Interrupted` once the run is stopping."""
     with _alive_guard:
-        places = _alive.setdefault(name, _Places(limit))
-    count = places.limit if alone else 1
-    if not places.take(count, wait=wait or alone):
-        return None
-    return functools.partial(places.give, count, threading.Lock())
+        places = _alive.setdefault(name, threading.BoundedSemaphore(limit))
+    if not places.acquire(blocking=False):
+        if not wait:
+            return None
+        while not places.acquire(timeout=10 * LOCK_POLL_S):
+            if _stopping.is_set():
+                raise Interrupted()
+    return functools.partial(_give_back, places, threading.Lock())
+
+
+def _give_back(places: threading.BoundedSemaphore, once: threading.Lock) -> None:
+    if once.acquire(blocking=False):
+        places.release()
 
 
 TIMING_CORES_FROM = 8

@@ -150,10 +150,9 @@ class CudaRun:
     def __init__(self, config: CudaRunConfig) -> None:
         self.config = config
 
-    def start(self, job: EvalJob, *, wait: bool = False, alone: bool = False) -> _Judge | None:
+    def start(self, job: EvalJob, *, wait: bool = False) -> _Judge | None:
         """Its judge, started while the candidate builds (`protocols.Evaluator.start`), with a second in reserve for
-        a judge's own lack of GPU memory (`_Judge`); None where `judges_per_gpu` are alive and `wait` is False.
-        `alone`: once no other judge of this process is alive on the GPU (`judging.judge_slot`)."""
+        a judge's own lack of GPU memory (`_Judge`); None where `judges_per_gpu` are alive and `wait` is False."""
         compile_baseline = self.config.compile_baseline and job.compiled_reference
         memory = int(self.config.memory_gib * 2**30)
         request = JudgeRequest(
@@ -171,7 +170,7 @@ class CudaRun:
         )
         timeout_s = self.config.timeout_s + (self.config.compile_baseline_timeout_s if compile_baseline else 0.0)
         lock = gpu_lock_name(self.config.device)
-        slot = judge_slot(lock, self.config.judges_per_gpu, wait=wait, alone=alone)
+        slot = judge_slot(lock, self.config.judges_per_gpu, wait=wait)
         if slot is None:
             return None
         started = StartedJudge(  # which gives the place back when its judge ends, or fails to start
@@ -211,9 +210,8 @@ never the candidate's."""
 class _Judge:
     """A started judge for one candidate, and a second one if the first ran out of GPU memory itself (KernelBench level
     1 task 4 on an H100, 2026-12-07: 4 of 12 judges, beside the others' start-ups, with their 16 GiB FP64 references);
-    the second starts once no other judge of this process is alive on the GPU, and its answer is the candidate's,
-    whatever it is. A candidate that fills the GPU to make its judge fail gains one more judge at most, and then the
-    crash."""
+    the second's answer is the candidate's, whatever it is. A candidate that fills the GPU to make its judge fail
+    gains one more judge at most, and then the crash."""
 
     stage: CudaRun
     started: StartedJudge
@@ -225,7 +223,7 @@ class _Judge:
             first_log = job.workdir / JUDGE_LOG
             if first_log.is_file():  # the second judge writes its own; the first's stays beside it
                 first_log.replace(job.workdir / f"out-of-memory-{JUDGE_LOG}")
-            return cast(_Judge, self.stage.start(job, wait=True, alone=True)).started.evaluate(job)
+            return cast(_Judge, self.stage.start(job, wait=True)).started.evaluate(job)
         return answer
 
     def cancel(self) -> None:
