@@ -486,7 +486,6 @@ def test_a_worker_computing_after_the_call_returned_gains_nothing(larger):
         assert isinstance(evaluation, (records.Incorrect, records.Crashed, records.TimedOut)), evaluation
 
 
-
 FORKED_WORKER = "#include <sys/wait.h>\n" + candidate(r"""
     pid_t child = fork();  /* the output lies in the judge's shared arena: the child's writes are the call's */
     if (child == 0) { step(n, radius, weights, in, out); _exit(0); }
@@ -504,6 +503,7 @@ def test_the_cpu_a_candidate_s_own_processes_use_is_counted_by_the_kernel(larger
     assert isinstance(evaluation, records.Measured), evaluation
     for measured in (control, evaluation):
         assert measured.profile.metrics["cpu_utilization_fraction"] >= 0.5, measured.profile.metrics
+
 
 @pytest.mark.slow  # 5 s or more on the 2-core machine
 @pytest.mark.skipif(not protection().cores_limit or len(os.sched_getaffinity(0)) < 2, reason="needs a cpuset and 2 cores")
