@@ -496,37 +496,29 @@ FORKED_WORKER = "#include <sys/wait.h>\n" + candidate(r"""
 
 def test_the_cpu_a_candidate_s_own_processes_use_is_counted_by_the_kernel(larger):
     """The planner's `cpu_utilization_fraction` is the kernel's count of the candidate's CPU time over the judge's
-    figure, not the runner's word: a candidate that computes in a process it forks each call (the runner's own CPU
-    clock saw ~0 of it) reads as busy as the control."""
+    clock, not the runner's word: a candidate that computes in a process it forks each call (the runner's own CPU
+    clock saw little of it) reads about as busy as the control that computes in its own thread."""
     session, root, control = larger
     evaluation, _ = evaluate((session, root), FORKED_WORKER, "forked-worker")
     assert isinstance(evaluation, records.Measured), evaluation
-    for measured in (control, evaluation):
-        assert measured.profile.metrics["cpu_utilization_fraction"] >= 0.5, measured.profile.metrics
+    busy = [m.profile.metrics["cpu_utilization_fraction"] for m in (control, evaluation)]
+    assert busy[1] >= 0.6 * busy[0], busy  # the runner's own clock said 0.37 of the control's ~1
 
 
 @pytest.mark.slow  # 5 s or more on the 2-core machine
 @pytest.mark.skipif(not protection().cores_limit or len(os.sched_getaffinity(0)) < 2, reason="needs a cpuset and 2 cores")
 def test_a_one_core_space_gets_one_core_whatever_pragma_it_hides(larger):
     """`_Pragma("omp parallel for")` gets past the pure_cuda space's source rules; the kernel still runs it on one
-    core (the candidate's cpuset), so it is no faster than the single-threaded control."""
+    core (the candidate's cpuset): the CPU time its whole group used while it was let run, by the kernel's count, is at
+    most one core's over the judge's clock around the same calls (two threads on two free cores read ~1.9; on a machine
+    whose other core is busy an escape gains little and reads less). Until 2026-12-07 this compared its latency with a
+    single-threaded control's, which tests beside it on the two cores made noisy (ratios 0.56-0.88)."""
     session, root, _ = larger
-    unthreaded = THREADED.replace('_Pragma("omp parallel for")', "")
-    before, _ = evaluate((session, root), unthreaded, "same-loop-unthreaded")
     evaluation, _ = evaluate((session, root), THREADED, "hidden-openmp")
-    after, _ = evaluate((session, root), unthreaded + "\n// again", "same-loop-unthreaded-again")
-    controls = [before, after]
-    assert isinstance(evaluation, records.Measured) and all(isinstance(c, records.Measured) for c in controls), (
-        evaluation,
-        controls,
-    )
-    # on two cores a two-thread run takes about half the time; on one, the same loop's time, give or take the code
-    # OpenMP's outlined function compiles to, and CPU time no more than the wall time. The control is the faster of
-    # one measured before and one after: tests beside this one on the two cores slow a single measurement by up to
-    # 1.7x (CI, 2026-12-07: 0.628 ms against a control of 1.056; alone the ratio is 0.86-0.88)
-    single = min(c.latency_ms for c in controls)
-    assert evaluation.latency_ms >= 0.6 * single, (evaluation.latency_ms, single)
-    assert evaluation.profile.metrics["cpu_utilization_fraction"] <= 1.1, evaluation.profile.metrics
+    assert isinstance(evaluation, records.Measured), evaluation
+    metrics = evaluation.profile.metrics
+    assert metrics["cores"] == 1, metrics
+    assert metrics["cpu_utilization_fraction"] <= 1.05, metrics
 
 
 FILLS_THE_DISK = candidate(r"""

@@ -300,8 +300,8 @@ class Judge:
             except judging.CandidateFailed as exc:
                 raise judging.Wrong(f"cache-size call {k}: the call failed: {exc}") from None
             self.check(f"cache-size call {k}", cache_case, inputs, views, out)
-            cache_runs.append((max(batch.wall_ms - null.cost_ms(1), 1e-6), cpu_ms))
-        cache_wall = statistics.median(w for w, _ in cache_runs)
+            cache_runs.append((max(batch.wall_ms - null.cost_ms(1), 1e-6), batch.wall_ms, cpu_ms))
+        cache_wall = statistics.median(w for w, _, _ in cache_runs)
         cores = s.candidate_cores or len(os.sched_getaffinity(0))
         disturbed = ""
         if busy:
@@ -324,9 +324,10 @@ class Judge:
                 conditions={"other_load_cores": round(other_cores, 3)} if other_cores is not None else {},
             ),
             checked_timed_calls=checked,
-            metrics={  # the candidate's CPU time by the kernel over the judge's clock: a planning signal, not a verdict
-                "cpu_utilization_fraction": sum(cpu) / max(latency * sum(b.calls for b in batches), 1e-9) / cores,
-                "cache_cpu_utilization_fraction": sum(c for _, c in cache_runs) / sum(w for w, _ in cache_runs) / cores,
+            metrics={  # the candidate's CPU time by the kernel over the judge's clock around the same calls (where the
+                # candidate ran and nowhere else): at most its cores; a planning signal, not a verdict
+                "cpu_utilization_fraction": sum(cpu) / max(sum(b.wall_ms for b in batches), 1e-9) / cores,
+                "cache_cpu_utilization_fraction": sum(c for _, _, c in cache_runs) / sum(w for _, w, _ in cache_runs) / cores,
                 "task_ns_per_point": latency * 1e6 / h.points(timing_case),
                 "cache_ns_per_point": cache_wall * 1e6 / h.points(cache_case),
                 "task_points": h.points(timing_case),
