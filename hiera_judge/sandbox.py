@@ -65,6 +65,8 @@ PIDS_MAX = 1024
 TMPFS = "size=256m"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_REMOVAL_S = 15.0
+STALE_GROUP_S = 60.0
+"""A group of a hiera that is gone, empty this long, is removed by the next hiera (`remove_stale_groups`)."""
 """How long a sandbox's cgroup is waited for as its killed processes end (a process that held a GPU may take seconds
 to release it; a group is removed only once the last has ended)."""
 
@@ -210,6 +212,41 @@ def _writable_cgroup(parent: Path) -> bool:
         return False
 
 
+def remove_stale_groups() -> list[str]:
+    """Remove what hieras killed before they could remove their groups (`kill -9`, a machine's time limit) left in
+    the cgroup tree: groups named for a process that is gone (`hiera-<pid>-*`), empty for `STALE_GROUP_S`, with their
+    children. A group with a process in it is never touched (the kernel refuses to remove it). Returns the removed."""
+    removed: list[str] = []
+    for group in CGROUP_ROOT.glob("*/hiera-*-*") if _cgroup_kind()[0] == "v1" else CGROUP_ROOT.glob("hiera-*-*"):
+        pid = group.name.split("-")[1]
+        try:
+            if not pid.isdigit() or _alive(int(pid)) or time.time() - group.stat().st_mtime < STALE_GROUP_S:
+                continue
+            for child in [c for c in group.iterdir() if c.is_dir()]:
+                child.rmdir()
+            group.rmdir()
+            removed.append(str(group))
+        except OSError:
+            continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+@functools.cache
+def _stale_groups_removed() -> None:
+    """Once per process, before its first group."""
+    remove_stale_groups()
+
+
 @functools.cache
 def _cpu_accounting_v1() -> bool:
     """Whether a v1 group can be made in the cpuacct hierarchy (the candidate's CPU time, counted by the kernel)."""
@@ -240,6 +277,7 @@ class Cgroup:
     whose directories `candidate_dirs` the judge gets writable (`start`) to move its runner in and to freeze it."""
 
     def __init__(self, kind: str, memory_bytes: int | None, candidate: CandidateLimits | None = None) -> None:
+        _stale_groups_removed()
         name = f"hiera-{os.getpid()}-{secrets.token_hex(4)}"
         self.kind = kind
         self.candidate_dirs: list[Path] = []

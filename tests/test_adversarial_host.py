@@ -314,8 +314,9 @@ def test_a_warm_up_that_paid_a_one_time_cost_sizes_only_the_first_batch():
     assert resized(loop, [first], 95.0, places=16) == 16
 
 
-def test_nothing_of_a_candidate_outlives_a_killed_hiera(tmp_path):
-    """`kill -9` of hiera while a candidate spins: its sandbox dies with it, no runner is left orphaned."""
+def test_nothing_of_a_candidate_outlives_a_killed_hiera(tmp_path, monkeypatch):
+    """`kill -9` of hiera while a candidate spins: its sandbox dies with it, no runner is left orphaned, and the next
+    hiera removes the cgroups it left."""
     import signal
     import subprocess
     import sys
@@ -357,6 +358,13 @@ def test_nothing_of_a_candidate_outlives_a_killed_hiera(tmp_path):
     while _processes_in(tmp_path / "eval") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _processes_in(tmp_path / "eval") == []
+    # the killed hiera could not remove its cgroups: the next hiera does, once they have stood empty a while
+    from hiera_judge import sandbox
+
+    left = sorted(sandbox.CGROUP_ROOT.glob(f"**/hiera-{process.pid}-*")) if protection().cgroup else []
+    monkeypatch.setattr(sandbox, "STALE_GROUP_S", 0.0)
+    assert set(sandbox.remove_stale_groups()) >= {str(g) for g in left}, left
+    assert not any(g.exists() for g in left), left
 
 
 def _processes_in(root: Path) -> list[str]:
