@@ -8,12 +8,20 @@ seed in the runner. This probe times, in one process, the reference's forward an
 intermediate alive until the end, as the C++ `auto` locals are) by `judge_batch`'s rule, each after nothing and after
 an FP64 computation of the task's size like the check's, in alternation, so that the orders that differ show.
 
+H100, 2026-12-07 (docs/results/kernelbench-model-2026-12-05/README.md): the two forms read the same in every state, and
+the same calls read 7.94 ms after an FP64 check and 8.91 ms after nothing or `empty_cache` (the allocator's state).
+So each variant now runs twice, in a process of its own: with PyTorch's default allocator (the runner's) and with the
+cuda judge's (`plugins.cuda.judge.JUDGE_ALLOCATOR`, no split of a cached block over 1 GiB), which is how the judge
+times a large task's reference, after an `empty_cache`.
+
 Run on a GPU: python3 research/probe_reference_gap.py [BATCH]   (BATCH: the input's first dimension, 63 on an H100)
-Prints one row per variant: median ms of 9 and the spread, with the variant's name."""
+Prints, for each allocator, one row per variant: median ms of 9 and the spread, with the variant's name."""
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -55,6 +63,14 @@ def fp64_check(x: torch.Tensor) -> None:
 
 
 def main() -> None:
+    if os.environ.get("HIERA_PROBE_ALLOCATOR") is None:  # this process: one child per allocator, one after the other
+        from plugins.cuda.judge import JUDGE_ALLOCATOR
+
+        for conf in ("", JUDGE_ALLOCATOR):
+            print(f"== allocator: {conf or 'default (the runner)'}", flush=True)
+            env = {**os.environ, "HIERA_PROBE_ALLOCATOR": conf, "PYTORCH_CUDA_ALLOC_CONF": conf}
+            subprocess.run([sys.executable, __file__, *sys.argv[1:]], env=env, check=False)
+        return
     batch = int(sys.argv[1]) if len(sys.argv) > 1 else 63
     torch.manual_seed(0)
     with torch.no_grad():
