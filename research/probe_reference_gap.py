@@ -68,7 +68,8 @@ def main() -> None:
 
         for conf in ("", JUDGE_ALLOCATOR):
             print(f"== allocator: {conf or 'default (the runner)'}", flush=True)
-            env = {**os.environ, "HIERA_PROBE_ALLOCATOR": conf, "PYTORCH_CUDA_ALLOC_CONF": conf}
+            env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"} | {"HIERA_PROBE_ALLOCATOR": conf}
+            env |= {"PYTORCH_CUDA_ALLOC_CONF": conf} if conf else {}
             subprocess.run([sys.executable, __file__, *sys.argv[1:]], env=env, check=False)
         return
     batch = int(sys.argv[1]) if len(sys.argv) > 1 else 63
