@@ -222,7 +222,10 @@ def remove_stale_groups() -> list[str]:
         try:
             if not pid.isdigit() or _alive(int(pid)) or time.time() - group.stat().st_mtime < STALE_GROUP_S:
                 continue
-            for child in [c for c in group.iterdir() if c.is_dir()]:
+            children = [c for c in group.iterdir() if c.is_dir()]
+            if any((d / "cgroup.procs").read_text().strip() for d in [group, *children]):
+                continue  # a process in any part of it: not stale (a hiera of another PID namespace, say)
+            for child in children:
                 child.rmdir()
             group.rmdir()
             removed.append(str(group))

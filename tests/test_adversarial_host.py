@@ -367,6 +367,33 @@ def test_nothing_of_a_candidate_outlives_a_killed_hiera(tmp_path, monkeypatch):
     assert not any(g.exists() for g in left), left
 
 
+@pytest.mark.skipif(not protection().cgroup, reason="needs a cgroup hiera may write")
+def test_a_stale_looking_group_with_a_process_in_it_is_left_alone(monkeypatch):
+    """A group named for a process that is gone, whose child holds a process (a hiera of another PID namespace
+    sharing the cgroup tree, say), is not taken apart; once empty it is removed."""
+    import subprocess
+
+    from hiera_judge import sandbox
+
+    monkeypatch.setattr(sandbox, "STALE_GROUP_S", 0.0)
+    parent = sandbox.CGROUP_ROOT / ("pids" if protection().cgroup == "v1" else "")
+    group = parent / f"hiera-{2**22 + 1}-{os.getpid()}"  # above pid_max's largest value: never alive
+    (group / "candidate").mkdir(parents=True)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (group / "candidate" / "cgroup.procs").write_text(str(sleeper.pid))
+        assert str(group) not in sandbox.remove_stale_groups()
+        assert (group / "candidate").is_dir()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    deadline = time.monotonic() + 5
+    while (group / "candidate" / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert str(group) in sandbox.remove_stale_groups()
+    assert not group.exists()
+
+
 def _processes_in(root: Path) -> list[str]:
     """The runners (and whatever they started) working in a directory under `root`."""
     found = []
