@@ -65,10 +65,10 @@ PIDS_MAX = 1024
 TMPFS = "size=256m"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_REMOVAL_S = 15.0
-STALE_GROUP_S = 60.0
-"""A group of a hiera that is gone, empty this long, is removed by the next hiera (`remove_stale_groups`)."""
 """How long a sandbox's cgroup is waited for as its killed processes end (a process that held a GPU may take seconds
 to release it; a group is removed only once the last has ended)."""
+STALE_GROUP_S = 60.0
+"""A group of a hiera that is gone, empty this long, is removed by the next hiera (`remove_stale_groups`)."""
 
 
 def candidate_environment(scratch: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
