@@ -35,6 +35,9 @@ from hiera_plugins.host.evaluators import HostJudgeSettings
 
 ALIGN = 64
 CALIBRATION_BATCHES = 9
+CACHE_BATCHES = 5
+"""Timed batches of the cache-resident case (`Harness.cache_case`), for the planning signals; their median is the
+figure."""
 PLACES_BYTES = 256 * 2**20
 """At most this much memory for the timed calls' places (one per call of a batch)."""
 
@@ -290,17 +293,22 @@ class Judge:
         # is the judge's all the same (the candidate cannot lower it), marked as disturbed, the disagreement said
 
         cache_case = h.cache_case()
-        cache_runs = []
-        for k in range(7):
-            seed = self.random.getrandbits(62)
-            inputs = h.make_inputs(cache_case, seed, h.distributions[0])
-            self.current = f"cache-size call {k}: {judging.describe_call(cache_case, seed, h.distributions[0])}"
+        cache_runs = []  # (ms per call, the batch's wall ms, the candidate's CPU ms): batches sized like the timed ones
+        calls = 1  # the first batch, of one call, sizes the others and is not a figure
+        for k in range(CACHE_BATCHES + 1):
+            inputs = [h.make_inputs(cache_case, self.random.getrandbits(62), h.distributions[0]) for _ in range(calls)]
+            paired = self.batch(cache_case, [inputs[0]] * calls, null=True)[0]
+            self.current = f"cache-size calls (batch {k} of {calls} on fresh inputs)"
             try:
-                batch, cpu_ms, [(views, out)] = self.batch(cache_case, [inputs])
+                batch, cpu_ms, placed = self.batch(cache_case, inputs)
             except judging.CandidateFailed as exc:
-                raise judging.Wrong(f"cache-size call {k}: the call failed: {exc}") from None
-            self.check(f"cache-size call {k}", cache_case, inputs, views, out)
-            cache_runs.append((max(batch.wall_ms - null.cost_ms(1), 1e-6), batch.wall_ms, cpu_ms))
+                raise judging.Wrong(f"cache-size batch {k}: a call failed: {exc}") from None
+            chosen = self.random.randrange(calls)
+            self.check(f"cache-size batch {k} call {chosen}", cache_case, inputs[chosen], *placed[chosen])
+            per_call = max((batch.wall_ms - null.cost_ms(calls, paired.wall_ms)) / calls, 1e-6)
+            if k:
+                cache_runs.append((per_call, batch.wall_ms, cpu_ms))
+            calls = judging.batch_length(null, statistics.median([per_call, *(r[0] for r in cache_runs)]), places=places)
         cache_wall = statistics.median(w for w, _, _ in cache_runs)
         cores = s.candidate_cores or len(os.sched_getaffinity(0))
         disturbed = ""
