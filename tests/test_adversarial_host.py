@@ -105,6 +105,17 @@ ATTACKS = {
         ("incorrect",),
         "non-finite",
     ),
+    # the planner's cache-resident figure gamed: honest on the task's grid, a cheap copy on the cache-sized one after
+    # its first call (the cache-size calls go in batches, of which a secret share is checked)
+    "wrong-on-the-cache-grid-only": (
+        candidate(
+            r"""static int cache_calls;
+        if (n == 128 && cache_calls++ > 0) { memcpy(out, in, sizeof(double) * n * n); return 0; }
+        step(n, radius, weights, in, out); return 0;"""
+        ),
+        ("incorrect",),
+        "cache-size call",
+    ),
     # an ignored input: the task's own weights baked in
     "ignores-weights": (
         candidate(

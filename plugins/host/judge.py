@@ -167,6 +167,27 @@ class Judge:
         cpu_ms = self.runner.cpu_ms() - before[0]
         return judging.TimedBatch(calls=len(calls), wall_ms=wall, in_process_ms=reply.in_process_ms), cpu_ms, placed
 
+    def checked_batch(self, what: str, first: int, case, inputs: list[dict[str, np.ndarray]], *, last: bool = False):
+        """A timed batch on fresh `inputs` (calls `first`, ... of the kind `what` names), behind a null batch of as many
+        calls: every output written, a secret share of them checked in full (one at least; the last too with `last`).
+        Returns the `TimedBatch` with its `null_ms`, the candidate's CPU ms over it, and how many calls were checked."""
+        n = len(inputs)
+        paired = self.batch(case, [inputs[0]] * n, null=True)[0]
+        self.current = f"{what}s {first}-{first + n - 1} (a batch on fresh inputs)"
+        try:
+            batch, cpu_ms, placed = self.batch(case, inputs)
+        except judging.CandidateFailed as exc:
+            raise judging.Wrong(f"{what}s {first}-{first + n - 1}: a call failed: {exc}") from None
+        for k, (_, out) in enumerate(placed):
+            if not np.all(np.isfinite(out)):
+                raise judging.Wrong(f"{what} {first + k}: non-finite values in its output (never written?)")
+        chosen = {self.random.randrange(n)} | {k for k in range(n) if self.random.random() < self.settings.run.check_fraction}
+        if last:
+            chosen.add(n - 1)
+        for k in sorted(chosen):
+            self.check(f"{what} {first + k} (fresh inputs)", case, inputs[k], *placed[k])
+        return attrs.evolve(batch, null_ms=paired.wall_ms), cpu_ms, len(chosen)
+
     def check(self, label: str, case, inputs, views, out, reference=None) -> float:
         """Compare the output with the reference and the shared inputs with the judge's own copies."""
         for name, array in inputs.items():
@@ -230,28 +251,10 @@ class Judge:
         def timed(inputs: list[dict[str, np.ndarray]], last: bool) -> judging.TimedBatch:
             """One timed batch on `inputs`: every output written, a secret share of them checked (one at least)."""
             nonlocal checked, count
-            paired = self.batch(timing_case, [inputs[0]] * len(inputs), null=True)[0]
-            first = count
-            self.current = f"timed calls {first}-{first + len(inputs) - 1} (a batch on fresh inputs)"
-            try:
-                batch, cpu_ms, placed = self.batch(timing_case, inputs)
-            except judging.CandidateFailed as exc:
-                raise judging.Wrong(f"timed calls {first}-{first + len(inputs) - 1}: a call failed: {exc}") from None
+            batch, cpu_ms, checks_made = self.checked_batch("timed call", count, timing_case, inputs, last=last)
             count += len(inputs)
-            batch = attrs.evolve(batch, null_ms=paired.wall_ms)
+            checked += checks_made
             cpu.append(cpu_ms)
-            for k, (_, out) in enumerate(placed):
-                if not np.all(np.isfinite(out)):
-                    raise judging.Wrong(f"timed call {first + k}: non-finite values in its output (never written?)")
-            chosen = {self.random.randrange(len(inputs))} | {
-                k for k in range(len(inputs)) if self.random.random() < s.run.check_fraction
-            }
-            if last:
-                chosen.add(len(inputs) - 1)
-            for k in sorted(chosen):
-                views, out = placed[k]
-                self.check(f"timed call {first + k} (fresh inputs)", timing_case, inputs[k], views, out)
-                checked += 1
             if s.reference_ms is None and len(reference_times) < s.run.reference_repeats:
                 t0 = time.perf_counter()
                 h.reference(timing_case, inputs[-1])
@@ -294,18 +297,12 @@ class Judge:
 
         cache_case = h.cache_case()
         cache_runs = []  # (ms per call, the batch's wall ms, the candidate's CPU ms): batches sized like the timed ones
-        calls = 1  # the first batch, of one call, sizes the others and is not a figure
+        calls, first = 1, 0  # the first batch, of one call, sizes the others and is not a figure
         for k in range(CACHE_BATCHES + 1):
             inputs = [h.make_inputs(cache_case, self.random.getrandbits(62), h.distributions[0]) for _ in range(calls)]
-            paired = self.batch(cache_case, [inputs[0]] * calls, null=True)[0]
-            self.current = f"cache-size calls (batch {k} of {calls} on fresh inputs)"
-            try:
-                batch, cpu_ms, placed = self.batch(cache_case, inputs)
-            except judging.CandidateFailed as exc:
-                raise judging.Wrong(f"cache-size batch {k}: a call failed: {exc}") from None
-            chosen = self.random.randrange(calls)
-            self.check(f"cache-size batch {k} call {chosen}", cache_case, inputs[chosen], *placed[chosen])
-            per_call = max((batch.wall_ms - null.cost_ms(calls, paired.wall_ms)) / calls, 1e-6)
+            batch, cpu_ms, _ = self.checked_batch("cache-size call", first, cache_case, inputs)
+            first += calls
+            per_call = max((batch.wall_ms - null.cost_ms(calls, batch.null_ms)) / calls, 1e-6)
             if k:
                 cache_runs.append((per_call, batch.wall_ms, cpu_ms))
             calls = judging.batch_length(null, statistics.median([per_call, *(r[0] for r in cache_runs)]), places=places)
