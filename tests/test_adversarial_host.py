@@ -18,6 +18,7 @@ from hiera_core.plugins import make_plugin_manager
 from hiera_core.session import Session
 from hiera_judge.judging import NullBatches, TimedBatch, batch_length, resized, timed_series, timing_verdict
 from hiera_judge.sandbox import protection
+from hiera_workloads.stencil2d.host import CACHE_N
 
 SECRET = "sk-hiera-adversarial-0123456789"
 HEAD = "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n"
@@ -109,9 +110,9 @@ ATTACKS = {
     # its first call (the cache-size calls go in batches, of which a secret share is checked)
     "wrong-on-the-cache-grid-only": (
         candidate(
-            r"""static int cache_calls;
-        if (n == 128 && cache_calls++ > 0) { memcpy(out, in, sizeof(double) * n * n); return 0; }
-        step(n, radius, weights, in, out); return 0;"""
+            "static int cache_calls;\n"
+            f"if (n == {CACHE_N} && cache_calls++ > 0) {{ memcpy(out, in, sizeof(double) * n * n); return 0; }}\n"
+            "step(n, radius, weights, in, out); return 0;"
         ),
         ("incorrect",),
         "cache-size call",
